@@ -4,7 +4,8 @@ Valid modules (the traced and the lowered text of programs with outside
 compilation, with cross_replica_sum groups and split over logical devices,
 plus every case of the lit tests' inputs) are mutated with a seeded random
 generator: lines deleted or duplicated, the text truncated, tokens swapped
-or copied over other tokens, numbers and types replaced.  Every mutant goes
+or copied over other tokens, numbers, types, SSA names and strings replaced,
+attributes dropped, quotes dropped or inserted.  Every mutant goes
 through both tools, run in-process (their ``main(argv)``, stdout and stderr
 captured): ``xtpu-opt`` alone, ``xtpu-opt -p`` with the passes of the lit
 file's RUN line (the default pipeline for traced programs) and ``xtpu-run``.
@@ -131,13 +132,19 @@ SSA_USE = re.compile(r"(?<![\w%])%[\w$.]+(?:#\d+)?(?!\s*[=:])")
 STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 ATTR_ENTRY = re.compile(r"(?<=[{,<] )?\b[\w.]+ = (?:\[[^\]]*\]|#tpu\.sharding<\{[^}]*\}>|\"[^\"]*\"|[^,}]+)")
 KINDS = ["delete", "duplicate", "truncate", "swap", "copy", "number", "type", "number", "type", "ssa", "string",
-         "attr", "multi"]
+         "attr", "quote", "multi"]
 
 
 def mutate(text: str, rng: random.Random) -> tuple[str, str]:
     """One mutant of ``text`` and a short description of the mutation."""
     lines = text.splitlines(keepends=True)
     kind = rng.choice(KINDS)
+    if kind == "quote":  # an unclosed string literal, or a stray quote
+        quotes = [m.start() for m in re.finditer('"', text)]
+        at = rng.choice(quotes) if quotes and rng.random() < 0.7 else rng.randrange(len(text) + 1)
+        if quotes and at in quotes:
+            return text[:at] + text[at + 1 :], f"drop the quote at {at}"
+        return text[:at] + '"' + text[at:], f"insert a quote at {at}"
     if kind in ("ssa", "string", "attr"):
         pattern = {"ssa": SSA_USE, "string": STRING, "attr": ATTR_ENTRY}[kind]
         found = list(pattern.finditer(text))

@@ -14,7 +14,9 @@ import dataclasses
 import difflib
 import io
 import os
+import re
 import weakref
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Iterator, Sequence
 
@@ -23,10 +25,12 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import Float80Type, Float128Type, FloatAttr, ModuleOp
 from xdsl.ir import Operation
 from xdsl.parser import Parser
+from xdsl.parser.generic_parser import ParserState
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
-from xdsl.utils.lexer import Span
+from xdsl.utils.lexer import Input, Span
+from xdsl.utils.mlir_lexer import MLIRLexer
 
 from xtpu.dialects import make_context
 
@@ -55,6 +59,26 @@ def _raised_in_xdsl(e: BaseException) -> bool:
     return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_XDSL_DIR)
 
 
+class _Lexer(MLIRLexer):
+    """xDSL's lexer; string literals are matched possessively (the same
+    strings, without xDSL 0.74's exponential backtracking on an unclosed
+    one: ``(?:[^"...]+|...)*`` nests two quantifiers)."""
+
+    _unescaped_characters_regex = re.compile(r'"(?:[^"\\\n\v\f]++|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*+"')
+
+
+def _decode(input: str | bytes, name: str) -> str:
+    """``input`` as text; bytes that are not UTF-8 are a parse error at them."""
+    if isinstance(input, str):
+        return input
+    try:
+        return input.decode("utf-8")
+    except UnicodeDecodeError as e:
+        text = input.decode("utf-8", errors="replace")
+        at = len(input[: e.start].decode("utf-8", errors="replace"))
+        raise ParseError(Span(at, at + 1, Input(text, name)), f"the input is not UTF-8 text ({e.reason})") from None
+
+
 class SourceParser(Parser):
     """xDSL's parser that remembers where each op starts (for
     :func:`verify_module`'s ``file:line:col``) and reports bad literals as
@@ -65,12 +89,24 @@ class SourceParser(Parser):
     literals it lexes fine but cannot hold (``2 : i64`` with a value out of
     range, ``dense<...>`` elements out of range of their type or of the wrong
     kind, ``1.0 : f80``).  An exception raised inside xDSL while an op is
-    parsed is raised again as a ``ParseError`` spanning that op; one raised
-    by xtpu's own parsers is a defect and propagates.
+    parsed is raised again as a ``ParseError`` spanning that op, as is a
+    ``MemoryError`` (a ``dense<...>`` splat of a huge type); one raised by
+    xtpu's own parsers is a defect and propagates.
     """
 
     #: Lines before the parsed text in its file (``--split-input-file`` chunks).
     line_offset: int = 0
+
+    def __init__(self, ctx: Context, input: str | bytes, name: str = "<unknown>") -> None:
+        # xDSL's Parser.__init__ with a lexer whose string literals cannot
+        # backtrack exponentially (an unclosed '"' followed by 30 characters
+        # on its line took 30 s in xDSL 0.74's lexer).
+        text = _decode(input, name)
+        super(Parser, self).__init__(ParserState(_Lexer(Input(text, name))), ctx)
+        self.ssa_values = dict()
+        self.blocks = dict()
+        self.forward_block_references = defaultdict(list)
+        self.forward_ssa_references = dict()
 
     def parse_operation(self) -> Operation:
         start = self._current_token.span
@@ -78,6 +114,12 @@ class SourceParser(Parser):
             op = super().parse_operation()
         except ParseError:
             raise
+        except MemoryError as e:
+            self.raise_error(
+                f"the values of this op do not fit in memory ({e})",
+                start.start,
+                max(self._current_token.span.start, start.end),
+            )
         except Exception as e:
             if not _raised_in_xdsl(e):
                 raise  # a defect of an xtpu parser: to be fixed there

@@ -71,6 +71,11 @@ _UNSUPPORTED = {
 _TUPLE = "tuple shardings are not supported: a #tpu.sharding describes one tensor"
 
 
+MAX_TILE_DEVICES = 1 << 16
+"""Most devices a tile assignment may name (the runtime's limit on replicas
+x logical cores); the assignment is an array of that many ids."""
+
+
 class ShardingParseError(ValueError):
     """Malformed sharding text.
 
@@ -420,6 +425,13 @@ def _parse_cached(text: str) -> ShardingText:
             raise ShardingParseError(
                 f"tile assignment dimensions must be positive, got {v}", text, t.start_pos, t.end_pos
             )
+    if math.prod(dims) > MAX_TILE_DEVICES:
+        raise ShardingParseError(
+            f"a tile assignment of {math.prod(dims)} devices is more than xtpu supports ({MAX_TILE_DEVICES})",
+            text,
+            _start(dims_node),
+            _end(dims_node),
+        )
     if assignment.data == "iota":
         iota = _check_iota(text, dims, assignment)
         if math.prod(dims) <= 1:

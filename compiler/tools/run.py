@@ -148,9 +148,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"xtpu-run: --pipeline: {e}", file=sys.stderr)
         return 1
     try:
-        text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
-    except (OSError, UnicodeDecodeError) as e:
-        print(f"xtpu-run: cannot read {args.file}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+        if args.file == "-":
+            stream = getattr(sys.stdin, "buffer", sys.stdin)  # text when replaced by a StringIO
+            text = stream.read()
+        else:
+            with open(args.file, "rb") as f:
+                text = f.read()
+    except OSError as e:
+        print(f"xtpu-run: cannot read {args.file}: {e.strerror}", file=sys.stderr)
         return 1
     name = "<stdin>" if args.file == "-" else args.file
     try:
@@ -165,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ParseError, VerifyException, DiagnosticException, ValueError) as e:
         msg = str(e).rstrip()
         print(f"xtpu-run: {msg}" if msg.startswith(name + ":") else f"xtpu-run: {name}: {msg}", file=sys.stderr)
+        return 1
+    except MemoryError as e:
+        print(f"xtpu-run: {name}: the program does not fit in memory: {e}", file=sys.stderr)
         return 1
     except NotImplementedError as e:
         # An op with no kernel where the runtime needs one (a device or host
@@ -207,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         outs = exe.run(flat)
     except XtpuRuntimeError as e:
         print(f"xtpu-run: {e}", file=sys.stderr)
+        return 1
+    except MemoryError as e:
+        print(f"xtpu-run: {name}: the program does not fit in memory: {e}", file=sys.stderr)
         return 1
     m = len(outs) // n if n else 0
     saved = {}

@@ -1881,13 +1881,13 @@ def classify_known(failure: Failure, program: Program | None = None) -> str | No
         return "cf_zero_cotangent_nan"
     if "ZeroDivisionError" in d and failure.cores == 2:
         return "spmd_zero_size_reshape"
-    if "getitem_int_none" in feats and (failure.kind == "mismatch" and "shape" in d or "compiled raised" in d):
-        return "getitem_int_none"   # the traced shape differs, and so may every op after it
     if "inputs do not match the compiled program" in d and failure.cores == 2:
         return "compiled_logical_devices"
     if "numpy_scalar" in feats and ("must have the same dtype" in d or "dtype float64 != float32" in d
                                     or "dtype int64 != int32" in d):
         return "numpy_scalar"
+    if "getitem_int_none" in feats and (failure.kind == "mismatch" and "shape" in d or "compiled raised" in d):
+        return "getitem_int_none"   # the traced shape differs, and so may every op after it
     return None
 
 

@@ -293,3 +293,42 @@ def test_xtpu_run_names_a_main_without_a_body(tmp_path, capsys):
     path.write_text("func.func @main(%a: tensor<2xf32>, %b: tensor<2xf32>)\n")
     assert xtpu_run([str(path)]) == 1
     assert "decl.mlir:1:1: 'func.func' op @main is a declaration; it needs a body to run" in capsys.readouterr().err
+
+
+def test_an_unclosed_string_is_a_parse_error_at_once(tmp_path):
+    """xDSL 0.74's lexer backtracks exponentially on an unclosed '"' (30
+    characters after it on the line took 30 s); xtpu's lexer does not."""
+    path = tmp_path / "quote.mlir"
+    path.write_text('func.func @f(%x: tensor<4x2xf32>) {\n  %0 = hlo.negate %x {a = "' + "x" * 60 + "} : tensor<4x2xf32>\n  func.return\n}\n")
+    for tool in ("opt", "run"):
+        proc = _tool(tool, path)  # times out after 120 s
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert "quote.mlir:2:27" in proc.stderr and "End of file reached before closing string literal" in proc.stderr
+
+
+def test_bytes_that_are_not_utf8_are_a_parse_error(tmp_path, capsys):
+    path = tmp_path / "bytes.mlir"
+    path.write_bytes(b'func.func @f() attributes {a = "\xff"} {\n  func.return\n}\n')
+    assert xtpu_run([str(path)]) == 1
+    assert "bytes.mlir:1:33" in capsys.readouterr().err
+    proc = _tool("opt", path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "bytes.mlir:1:33" in proc.stderr and "the input is not UTF-8 text" in proc.stderr
+
+
+def test_a_program_that_does_not_fit_in_memory_is_an_error(tmp_path, capsys):
+    path = tmp_path / "iota.mlir"
+    path.write_text(
+        """func.func @main(%a: tensor<f32>) -> tensor<100000x100000x100000xi64> {
+  %r = tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64} {
+    %i = hlo.iota dim = 0 : tensor<100000x100000x100000xi64>
+    %j = hlo.add %i, %i : tensor<100000x100000x100000xi64>
+    tpu.yield %j : tensor<100000x100000x100000xi64>
+  }
+  func.return %r : tensor<100000x100000x100000xi64>
+}
+"""
+    )
+    np.save(tmp_path / "a.npy", np.float32(1))
+    assert xtpu_run([str(path), "-i", str(tmp_path / "a.npy")]) == 1
+    assert "xtpu-run: replica 0, op hlo.add: MemoryError: Unable to allocate" in capsys.readouterr().err

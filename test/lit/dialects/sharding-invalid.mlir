@@ -144,3 +144,13 @@ func.func @manual_subgroup(%x: tensor<4x2xf32>) {
   %0 = hlo.negate %x {tpu.sharding = #tpu.sharding<{devices=[2,1,2]<=[4] last_tile_dims={manual}}>} : tensor<4x2xf32>
   func.return
 }
+
+// -----
+
+// A tile assignment is an array of its devices: a huge one was a MemoryError.
+// CHECK: sharding-invalid.mlir:[[# @LINE + 3]]:61
+// CHECK: invalid sharding: a tile assignment of 10000000000 devices is more than xtpu supports (65536)
+func.func @huge_tile_assignment(%x: tensor<4x2xf32>) {
+  %0 = hlo.negate %x {tpu.sharding = #tpu.sharding<{devices=[100000,100000]<=[10000000000]}>} : tensor<4x2xf32>
+  func.return
+}

@@ -138,3 +138,14 @@ func.func @group_id_out_of_range(%a: tensor<f32>) {
 func.func @f80_literal() attributes {scale = 1.0 : f80} {
   func.return
 }
+
+// -----
+
+// A splat of a huge type is materialized while it is read: out of memory
+// is a parse error at the op, not a MemoryError.
+// CHECK: tpu-parse-invalid.mlir:[[# @LINE + 3]]:3
+// CHECK: the values of this op do not fit in memory
+func.func @huge_splat() {
+  %c = hlo.constant dense<1.0> : tensor<100000x100000x100000xf32>
+  func.return
+}
