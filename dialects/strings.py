@@ -87,8 +87,9 @@ def to_number(x, dtype: np.dtype) -> np.ndarray:
     """Parse every string of ``x`` as a number of ``dtype``.
 
     Raises:
-      ValueError: a string is not a number, in TF's words
-        ("StringToNumberOp could not correctly convert string: ...").
+      ValueError: a string is not a number, or an integer out of the range
+        of ``dtype``, in TF's words ("StringToNumberOp could not correctly
+        convert string: ...").
     """
     arr = np.asarray(x, dtype=object)
     out = np.empty(arr.shape, dtype=dtype)
@@ -96,7 +97,18 @@ def to_number(x, dtype: np.dtype) -> np.ndarray:
     for i, s in enumerate(flat_in):
         text = s.decode() if isinstance(s, bytes) else str(s)
         try:
-            flat_out[i] = int(text, 10) if dtype.kind in "iu" else float(text)
+            # Python's int() and float() also take digit separators ("1_000"),
+            # TF's parsers (safe_strto32 / safe_strtod) do not.
+            if "_" in text:
+                raise ValueError(text)
+            if dtype.kind in "iu":
+                value = int(text, 10)
+                info = np.iinfo(dtype)
+                if not info.min <= value <= info.max:
+                    raise ValueError(text)  # TF: out of range fails to convert
+            else:
+                value = float(text)
+            flat_out[i] = value
         except ValueError:
             raise ValueError(
                 f"StringToNumberOp could not correctly convert string: {text}"

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 # (each has an xfail(strict=True) regression case below).  When a fix lands,
 # flip its case and take its name out of OPEN.
 OPEN = frozenset({"numpy_scalar", "string_into_region", "string_output_of_body_cluster",
-                  "spmd_zero_size_reshape", "cf_zero_cotangent_nan", "to_number_overflow"})
+                  "spmd_zero_size_reshape", "cf_zero_cotangent_nan"})
 assert OPEN <= set(fp.DEFECTS)
 
 SLICE = settings(
@@ -398,8 +398,28 @@ def test_gradient_through_control_flow_with_an_unused_singular_output(control_fl
     assert eager == 0.0 and compiled == 0.0
 
 
-@pytest.mark.xfail(strict=True, reason="to_number_overflow: xtpu.strings.to_number('12147483647', int32) raises "
-                   "numpy's OverflowError, eagerly and on the host, instead of the op's ValueError")
-def test_to_number_out_of_range():
-    with pytest.raises(ValueError, match="could not correctly convert string"):
-        xtpu.strings.to_number("12147483647", out_type=xtpu.int32)
+@pytest.mark.parametrize("text,out_type", [("12147483647", "int32"), ("-2147483649", "int32"),
+                                            ("9223372036854775808", "int64"), ("1_000", "int32")])
+def test_to_number_out_of_range(text, out_type):
+    """Found by the fuzzer (to_number_overflow): an integer out of the
+    out_type's range raised numpy's OverflowError, eagerly and on the host;
+    TF's StringToNumberOp fails to convert it (as it does Python's digit
+    separators)."""
+    with pytest.raises(ValueError, match=f"could not correctly convert string: {text}$"):
+        xtpu.strings.to_number(text, out_type=out_type)
+
+    def f(v):
+        return xtpu.strings.to_number(xtpu.strings.format(text, []), out_type=out_type) + v
+
+    from xtpu.runtime.errors import HostComputeError
+
+    with pytest.raises(HostComputeError, match=f"ValueError: StringToNumberOp could not correctly convert "
+                       f"string: {text}"):
+        xtpu.replicate(f, [[np.zeros((), out_type)]])
+
+
+def test_to_number_at_the_ends_of_the_range():
+    for out_type in ("int32", "int64"):
+        info = np.iinfo(out_type)
+        got = xtpu.strings.to_number([str(info.min), str(info.max)], out_type=out_type)
+        assert got.dtype == np.dtype(out_type) and got.tolist() == [info.min, info.max]
