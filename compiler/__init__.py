@@ -30,6 +30,7 @@ from xtpu.replication import (  # noqa: F401
     replicate,
 )
 from xtpu.tracing import Tensor  # noqa: F401
+from xtpu.collectives import all_to_all, collective_permute  # noqa: F401
 from xtpu.gradients import UnconnectedGradients, custom_gradient, gradients, stop_gradient  # noqa: F401
 from xtpu.tape import EagerTensor, GradientTape  # noqa: F401
 from xtpu.topology import Topology, initialize_tpu_system  # noqa: F401
@@ -39,6 +40,8 @@ __all__ = [
     "replicate",
     "outside_compilation",
     "cross_replica_sum",
+    "all_to_all",
+    "collective_permute",
     "lower",
     "Lowered",
     "Compiled",

@@ -274,12 +274,93 @@ class ReplicaContext:
         return _tree_map(unwrap_local, result, is_leaf=lambda x: isinstance(x, PerReplica))
 
     def all_reduce(self, reduce_op: Any, value: Any) -> Any:
-        """Reduce ``value`` (a nested structure of tensors) across replicas
-        (``cross_replica_sum``; MEAN divides by the number of replicas)."""
+        """Reduce ``value`` across the replicas; every replica gets the result
+        (``tf.distribute.ReplicaContext.all_reduce``).
+
+        Args:
+          reduce_op: ``xtpu.ReduceOp.SUM`` or ``MEAN`` (or ``"SUM"`` /
+            ``"MEAN"``).
+          value: a nested structure of numeric tensors.
+
+        Returns:
+          The structure of ``value``, each tensor of its shape and dtype
+          replaced by its sum (MEAN: divided by ``num_replicas_in_sync``) over
+          the replicas: one ``cross_replica_sum`` per tensor (one
+          ``ccl.all_reduce`` each; ``ccl-combine-all-reduce`` packs them as
+          TF's batch all-reduce does).  In the default context (one replica)
+          the value itself.  The gradient is the same all-reduce of the
+          cotangents (TF's ``grad_wrapper``).
+
+        Raises:
+          ValueError: a ``reduce_op`` other than SUM or MEAN; a call inside an
+            outside_compilation cluster.
+        """
+        if isinstance(reduce_op, str):
+            reduce_op = reduce_op.upper()
+        agg = as_aggregation(reduce_op)
+        if agg not in (VariableAggregation.SUM, VariableAggregation.MEAN):
+            raise ValueError(f"all_reduce needs xtpu.ReduceOp.SUM or MEAN, got {reduce_op!r}")
         state = current_run_state()
         if state is None or current_trace() is None or not self._traced:
             return value
-        return _tree_map(lambda x: traced_reduce(reduce_op, x, state.num_replicas), value)
+        self._device_only("all_reduce")
+        return _tree_map(lambda x: traced_reduce(agg, x, state.num_replicas), value)
+
+    def all_gather(self, value: Any, axis: int) -> Any:
+        """Concatenate the replicas' ``value`` along ``axis`` in replica order;
+        every replica gets the result (``tf.distribute.ReplicaContext.all_gather``).
+
+        Args:
+          value: a nested structure of tensors; each of shape ``S``, the same
+            on every replica (shapes are static).
+          axis: a dimension in ``[0, rank)``.
+
+        Returns:
+          The structure of ``value``, each tensor of shape ``S`` with
+          ``S[axis] * num_replicas_in_sync`` along ``axis``: one
+          ``ccl.all_gather`` over all replicas (with several logical cores per
+          replica, an all-reduce of each replica's value placed in a zero
+          buffer, which tpu-spmd-partition partitions).  In the default
+          context (one replica) the value itself.  The gradient of a
+          replica's value is its block of the cotangents summed over the
+          replicas (``ccl.reduce_scatter``; TF: all_reduce SUM then slice).
+
+        Raises:
+          ValueError: ``axis`` out of range for a tensor; a call inside an
+            outside_compilation cluster.
+        """
+        axis = int(axis)
+        state = current_run_state()
+        traced = state is not None and current_trace() is not None and self._traced
+
+        def one(x):
+            x = convert(x) if traced else x
+            rank = len(np.shape(x)) if not traced else len(x.shape)
+            if not 0 <= axis < rank:
+                raise ValueError(f"all_gather axis {axis} is out of range for a tensor of rank {rank} "
+                                 "(it must be in [0, rank))")
+            if not traced or state.num_replicas == 1:
+                return x
+            from xtpu.collectives import all_gather
+
+            n = state.num_replicas
+            if current_trace().num_cores > 1:
+                from xtpu.ops.array_ops import concat
+
+                return concat(_all_gather_list(x, n), axis)
+            return all_gather(x, axis, n)
+
+        if traced:
+            self._device_only("all_gather")
+        return _tree_map(one, value)
+
+    def _device_only(self, what: str) -> None:
+        tr = current_trace()
+        if tr is not None and tr.cluster is not None:
+            raise ValueError(
+                f"ReplicaContext.{what} cannot run inside outside_compilation cluster '{tr.cluster}': "
+                "collectives run on the devices, not on the host"
+            )
 
 
 class TowerContext(ReplicaContext):
