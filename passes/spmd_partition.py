@@ -41,7 +41,7 @@ result, after resharding its operands to what that needs):
     shapes, the operand in the sharding that ``R`` implies for it (for a
     reshape: tiles must be contiguous row-major chunks of each group of
     merged/split dims; otherwise the reshape runs on the whole value and the
-    result is sliced);
+    result is sliced; a zero-size value reshapes its local tile as it is);
   * ``dot_general``: operands in the sharding ``R`` implies on batch and free
     dims; when an operand is tiled on the contracting dims and ``R``'s
     replication can hold those tiles, each core contracts its tiles and a
@@ -693,6 +693,12 @@ class _Partitioner:
     def reshape(self, op: hlo.ReshapeOp, shardings: list[Sharding]) -> None:
         (want,) = shardings
         in_shape, out_shape = _shape(op.operand), _shape(op.result)
+        if math.prod(out_shape) == 0 and not want.is_manual and not self.env[op.operand][1].is_manual:
+            # A zero-size value has zero-size tiles under any sharding: the
+            # operand's local value, as it is laid out, reshapes to the tile.
+            new = self.new_op(op, hlo.ReshapeOp, [self.env[op.operand][0]], shape=_local_shape(want, out_shape))
+            self.define(op.result, new.results[0], want)
+            return
         need = self._reshape_operand(in_shape, out_shape, want)
         if need is None:  # tiles are not contiguous chunks: reshape the whole value
             new = self.new_op(op, hlo.ReshapeOp, [self.get(op.operand, WHOLE)], shape=out_shape)

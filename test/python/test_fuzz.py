@@ -34,7 +34,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 # (each has an xfail(strict=True) regression case below).  When a fix lands,
 # flip its case and take its name out of OPEN.
 OPEN = frozenset({"numpy_scalar", "string_into_region", "string_output_of_body_cluster",
-                  "spmd_zero_size_reshape", "cf_zero_cotangent_nan"})
+                  "cf_zero_cotangent_nan"})
 assert OPEN <= set(fp.DEFECTS)
 
 SLICE = settings(
@@ -364,16 +364,37 @@ def test_a_string_result_made_in_the_body():
     assert compiled[0] == eager[0] and compiled[1] == eager[1] == 6.0
 
 
-@pytest.mark.xfail(strict=True, reason="spmd_zero_size_reshape: tpu-spmd-partition's reshape rule divides by a "
-                   "zero dimension (_tiling_of_chunks: ZeroDivisionError) for a split zero-size reshape")
-def test_spmd_partition_of_a_zero_size_reshape():
-    da = xtpu.DeviceAssignment.build(xtpu.initialize_tpu_system(), computation_shape=[1, 1, 1, 2], num_replicas=1)
+@pytest.mark.parametrize("in_shape,in_split,out_shape,out_split", [
+    ((2, 0), None, (2, 0, 1), [2, 1, 1]),
+    ((0, 4), [1, 2], (4, 0), [2, 1]),
+    ((4, 0), [2, 1], (0, 2, 2), [1, 2, 1]),
+    ((2, 3, 0), [2, 1, 1], (6, 0), None),
+])
+def test_spmd_partition_of_a_zero_size_reshape(in_shape, in_split, out_shape, out_split):
+    """Found by the fuzzer (spmd_zero_size_reshape): tpu-spmd-partition's
+    reshape rule divided by a zero dimension (ZeroDivisionError) when a
+    zero-size reshape was split; split over 2 cores it equals the unsplit
+    run (and the eager one)."""
+    da = xtpu.DeviceAssignment.build(xtpu.initialize_tpu_system(), computation_shape=[1, 1, 1, 2], num_replicas=2)
 
-    def f(v):
-        return xtpu.split_to_logical_devices(xtpu.reshape(v, [2, 0, 1]), [2, 1, 1])
+    def f(v, split):
+        if split and in_split:
+            v = xtpu.split_to_logical_devices(v, in_split)
+        y = xtpu.reshape(v + 1.0, list(out_shape))
+        if split and out_split:
+            y = xtpu.split_to_logical_devices(y, out_split)
+        return y * 2.0, xtpu.math.reduce_sum(y) + 1.0
 
-    ((got,),) = xtpu.replicate(f, [[np.zeros((2, 0), np.float32)]], device_assignment=da)
-    assert got.shape == (2, 0, 1)
+    inputs = [[np.zeros(in_shape, np.float32)]] * 2
+    got = xtpu.replicate(lambda v: f(v, True), inputs, device_assignment=da)
+    want = xtpu.replicate(lambda v: f(v, False), inputs)
+    eager = f(xtpu.constant(inputs[0][0]), False)
+    for g, w in zip(got, want):
+        for a, b, e in zip(g, w, eager):
+            assert a.shape == b.shape == e.shape and a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(a, e)
+    assert got[1][0].shape == out_shape and got[1][1] == 1.0
 
 
 @pytest.mark.parametrize("control_flow", [
