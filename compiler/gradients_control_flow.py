@@ -21,7 +21,11 @@ Gradients are ordinary ops in the same IR, as everywhere in xtpu:
   ``hlo.while`` then runs ``n`` times: iteration ``t`` reads state
   ``n-1-t`` (``hlo.dynamic_slice``), re-runs the body on it (cloned ops),
   backpropagates the body to get the cotangents of the loop values, and
-  accumulates those of the captured values.  Only the loop values the
+  accumulates those of the captured values.  It carries and differentiates
+  only the loop values that can have a nonzero cotangent (those of the
+  outputs that have one and, to a fixed point over the body, the values
+  they depend on); the others get none, as in the eager tape, so that a
+  zero never meets an infinite partial (``0 * (1/0)`` is NaN).  Only the loop values the
   re-run body's gradient reads are stored; when it reads none, nothing is
   re-run and the forward loop's own counter gives ``n``.  Both loops count
   from 0 in loop value 0 and carry the bound, so gradients of gradients work.
@@ -411,6 +415,39 @@ def _counts_iterations(op: Operation) -> bool:
     return (a is arg and const(b, 1)) or (b is arg and const(a, 1))
 
 
+def _body_dependencies(block: Block) -> list[frozenset[int]]:
+    """For each value a loop body yields, the loop values (block arguments)
+    it depends on, through the body's ops and the regions nested in them."""
+    deps: dict[SSAValue, frozenset[int]] = {a: frozenset({i}) for i, a in enumerate(block.args)}
+    for o in block.ops:
+        if o is block.last_op:
+            break
+        ins = list(o.operands) + (captures(o) if o.regions else [])
+        d = frozenset().union(*(deps.get(v, frozenset()) for v in ins))
+        for r in o.results:
+            deps[r] = d
+    return [deps.get(v, frozenset()) for v in block.last_op.operands]
+
+
+def _live_loop_values(block: Block, candidates: list[int], seeded: list[int]) -> list[int]:
+    """The loop values of ``candidates`` that can have a nonzero cotangent
+    in the reverse loop: those seeded with an output cotangent and, to a
+    fixed point, those that a live value's next value depends on in the
+    body.  Every other loop value's cotangent stays zero in every reverse
+    iteration, so it is neither carried nor differentiated: a zero pushed
+    through an op whose partial is inf or NaN (``log`` at 0) would be NaN."""
+    deps = _body_dependencies(block)
+    allowed = set(candidates)
+    live = set(seeded)
+    todo = list(live)
+    while todo:
+        for j in deps[todo.pop()] & allowed:
+            if j not in live:
+                live.add(j)
+                todo.append(j)
+    return sorted(live)
+
+
 def _while_vjp(graph: Any, node: Any, cts: list, inputs: list, colocate: bool, uid: Any) -> list:
     """The reverse loop over stored iterations (module docstring).  Loop value
     0 of both loops is a counter from 0, as in a ``maximum_iterations`` loop,
@@ -427,15 +464,18 @@ def _while_vjp(graph: Any, node: Any, cts: list, inputs: list, colocate: bool, u
     n_vals = len(op.operand)
     init, caps = inputs[:n_vals], inputs[n_vals:]
     specs = [t.spec for t in init]
+    seeds = _seeds(cts, specs)
     d_vals = [j for j, s in enumerate(specs) if is_differentiable(s)]
+    # Only the loop values that can have a nonzero cotangent (as the cond
+    # gradient differentiates only the outputs that have one).
+    d_vals = _live_loop_values(op.body.block, d_vals, [j for j in d_vals if seeds[j] is not None])
     d_caps = _differentiable(caps, node.inputs[n_vals:])
-    if not d_vals and not d_caps:
-        return [None] * len(inputs)
+    if not d_vals:
+        return [None] * len(inputs)  # no cotangent reaches the loop: none leaves it
     loc = user_location() or op.location
     size = max(bound, 1)
     i32 = TensorSpec((), "int32")
     stack_specs = [TensorSpec((size,) + s.shape, s.dtype) for s in specs]
-    seeds = _seeds(cts, specs)
 
     def idx0() -> Any:
         return scalar(0, "int32")

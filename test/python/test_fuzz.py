@@ -33,8 +33,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 # The defects still open: the slice does not build programs that hit them
 # (each has an xfail(strict=True) regression case below).  When a fix lands,
 # flip its case and take its name out of OPEN.
-OPEN = frozenset({"numpy_scalar", "string_into_region", "string_output_of_body_cluster",
-                  "cf_zero_cotangent_nan"})
+OPEN = frozenset({"numpy_scalar", "string_into_region", "string_output_of_body_cluster"})
 assert OPEN <= set(fp.DEFECTS)
 
 SLICE = settings(
@@ -397,13 +396,7 @@ def test_spmd_partition_of_a_zero_size_reshape(in_shape, in_split, out_shape, ou
     assert got[1][0].shape == out_shape and got[1][1] == 1.0
 
 
-@pytest.mark.parametrize("control_flow", [
-    "cond",
-    pytest.param("while_loop", marks=pytest.mark.xfail(
-        strict=True, reason="cf_zero_cotangent_nan: the reverse loop carries a zero cotangent for a loop value the "
-        "target does not use into log(v), and 0 * (1/0) is NaN; the eager tape never visits it and gives 0 (TF's "
-        "while_v2 gradient does the same as xtpu)")),
-])
+@pytest.mark.parametrize("control_flow", ["cond", "while_loop"])
 def test_gradient_through_control_flow_with_an_unused_singular_output(control_flow):
     def f(x, v):
         with xtpu.GradientTape() as tape:
@@ -444,3 +437,65 @@ def test_to_number_at_the_ends_of_the_range():
         info = np.iinfo(out_type)
         got = xtpu.strings.to_number([str(info.min), str(info.max)], out_type=out_type)
         assert got.dtype == np.dtype(out_type) and got.tolist() == [info.min, info.max]
+
+
+def _loop_with_unused_singular_values(a, b, c, d, w, iterations):
+    """(a, b, c, d) -> (a * b, tanh(b) * w, log(c), d * c) ``iterations``
+    times: a and b do not depend on c and d, whose partials become infinite
+    (c reaches 0, then -inf)."""
+    return xtpu.while_loop(
+        lambda a, b, c, d: xtpu.constant(True),
+        lambda a, b, c, d: (a * b, xtpu.math.tanh(b) * w, xtpu.math.log(c), d * c),
+        (a, b, c, d), maximum_iterations=iterations)
+
+
+@pytest.mark.parametrize("iterations", [1, 3])
+def test_while_loop_gradient_carries_only_the_live_loop_values(iterations):
+    """cf_zero_cotangent_nan: the reverse loop carries the cotangents of a
+    and b (b by the fixed point: a's next value depends on it) and none of c
+    and d; the gradients wrt a, b and the captured w match central finite
+    differences, those wrt c and d are zero (nothing reaches them)."""
+    def f(a, b, c, d, w):
+        with xtpu.GradientTape() as tape:
+            tape.watch([a, b, c, d, w])
+            ra, _, rc, rd = _loop_with_unused_singular_values(a, b, c, d, w, iterations)
+            y = ra * 3.0
+        return tape.gradient(y, [a, b, c, d, w], unconnected_gradients=xtpu.UnconnectedGradients.ZERO)
+
+    args = [np.float64(0.7), np.float64(0.4), np.float64(1.0), np.float64(2.0), np.float64(1.3)]
+    eager = [np.asarray(g) for g in f(*[xtpu.constant(a) for a in args])]
+    (compiled,) = xtpu.replicate(f, [args])
+
+    def value(*xs):
+        ra = _loop_with_unused_singular_values(*[xtpu.constant(x) for x in xs], iterations)[0]
+        return 3.0 * float(ra)
+
+    eps = 1e-6
+    fd = []
+    for k in (0, 1, 4):
+        hi, lo = list(args), list(args)
+        hi[k], lo[k] = args[k] + eps, args[k] - eps
+        fd.append((value(*hi) - value(*lo)) / (2 * eps))
+    for grads in (eager, compiled):
+        assert np.all(np.isfinite(grads))
+        np.testing.assert_allclose([grads[0], grads[1], grads[4]], fd, rtol=1e-6)
+        assert grads[2] == 0.0 and grads[3] == 0.0
+
+
+def test_while_loop_gradient_of_a_value_that_depends_on_a_singular_one():
+    """The fixed point does not drop a loop value that a live one depends
+    on: with d the target, c is live and its infinite partial is real (the
+    gradient wrt c is the one finite differences give where it is finite)."""
+    def f(c, d):
+        with xtpu.GradientTape() as tape:
+            tape.watch([c, d])
+            _, _, _, rd = _loop_with_unused_singular_values(c * 0.0, c * 0.0, c, d, 1.0, 2)
+        return tape.gradient(rd, [c, d])
+
+    args = [np.float64(2.0), np.float64(0.5)]
+    (compiled,) = xtpu.replicate(f, [args])
+    eager = f(*[xtpu.constant(a) for a in args])
+    # rd = d * c * log(c): d(rd)/dc = d * (log(c) + 1), d(rd)/dd = c * log(c)
+    want = [0.5 * (np.log(2.0) + 1.0), 2.0 * np.log(2.0)]
+    np.testing.assert_allclose(compiled, want, rtol=1e-12)
+    np.testing.assert_allclose([np.asarray(g) for g in eager], want, rtol=1e-12)
