@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType
-from xdsl.ir import Operation
+from xdsl.ir import Block, Operation
 
 from xtpu.dialects import ccl, tpu
 from xtpu.dialects.sharding import Sharding, ShardingAttr
@@ -43,6 +43,7 @@ from xtpu.runtime.communicator import Communicator, ThreadCommunicator
 from xtpu.runtime.errors import Aborted, RuntimeTimeoutError, XtpuRuntimeError
 from xtpu.runtime.host import HostWorker, RunState
 from xtpu.runtime.plan import Plan, call_plan, op_location, pure_kernel, running_op
+from xtpu.runtime import mpi as _mpi
 from xtpu.runtime.workers import AbortSignal, resolve_timeout, run_workers
 
 
@@ -92,10 +93,12 @@ class Executable:
         self.main = main
         reps = [o for o in main.body.block.ops if isinstance(o, tpu.ReplicateOp)]
         device_reps = [o for o in reps if not o.on_host]
-        if len(device_reps) != 1:
+        # No device replicate: the passes left the device nothing to do (all
+        # host code runs in host replicates), so no device program runs.
+        if len(device_reps) > 1 or not reps:
             raise ValueError(f"@main must hold exactly one device tpu.replicate, found {len(device_reps)}")
-        self.replicate = device_reps[0]
-        self.num_replicas = self.replicate.num_replicas
+        self.replicate = device_reps[0] if device_reps else None
+        self.num_replicas = reps[0].num_replicas
         if any(o.num_replicas != self.num_replicas for o in reps):
             raise ValueError("every tpu.replicate in @main must have the same number of replicas")
         # Head and tail clusters: host replicates before / after the device one.
@@ -105,7 +108,7 @@ class Executable:
             for o in reps
             if o.on_host
         }
-        for o in self.replicate.body.walk():
+        for o in self.replicate.body.walk() if self.replicate is not None else ():
             if isinstance(o, tpu.OutsideCompilationOp):
                 raise ValueError(
                     f"tpu.outside_compilation cluster '{o.cluster.data}' was not outlined; "
@@ -113,7 +116,7 @@ class Executable:
                 )
             if isinstance(o, tpu.CrossReplicaSumOp):
                 raise ValueError("tpu.cross_replica_sum was not lowered; run tpu-lower-cross-replica-sum first")
-        self.num_cores = self.replicate.num_cores
+        self.num_cores = self.replicate.num_cores if self.replicate is not None else 1
         if self.num_cores > 1:
             # Per input: None (every core gets the whole value) or one slice
             # tuple (None: the whole value) per core; per output: how to
@@ -122,7 +125,14 @@ class Executable:
             self._output_assemblers = _output_assemblers(self.replicate)
         self.abort = AbortSignal()
         self.channels = ChannelTable(self.abort, self.timeout)
-        if communicator is None:
+        # MPI backend (runtime/mpi.py): this rank runs only its replicas.
+        self.world = _mpi.world() if communicator is None else None
+        self.local_replicas = (
+            range(self.num_replicas) if self.world is None else self.world.local_replicas(self.num_replicas)
+        )
+        if self.world is not None:
+            self.comm = _mpi_program(self)
+        elif communicator is None:
             self.comm = ThreadCommunicator(
                 self.num_replicas * self.num_cores, self.abort, self.timeout, cores_per_replica=self.num_cores
             )
@@ -138,7 +148,7 @@ class Executable:
         self._pure_kernels: dict[Operation, Callable[..., Any]] = {}
         self.main_plan = Plan(main.body.block, "main")
         self.main_kernels = self.main_plan.kernels(self._main_kernel)
-        self.device_plan = Plan(self.replicate.body.block, "device")
+        self.device_plan = Plan(self.replicate.body.block if self.replicate is not None else Block(), "device")
         # One kernel tuple per participant p = r * C + c.
         self.device_kernels = [
             self.device_plan.kernels(lambda op, r=r, c=c: self._device_kernel(op, r, c))
@@ -151,7 +161,7 @@ class Executable:
             first = plan.ops[0] if plan.ops else None
             if not isinstance(first, tpu.RecvAtHostOp):
                 raise ValueError(f"host function for cluster '{cluster}' must start with tpu.recv_at_host")
-            for r in range(self.num_replicas):
+            for r in self.local_replicas:
                 self.host_workers.append(self._new_host_worker(cluster, r, first.key.data, plan))
         self._started = False
         # Ends the host workers when this is closed or collected (the
@@ -192,6 +202,14 @@ class Executable:
         if isinstance(op, tpu.ReplicaIdOp):
             rid = np.int32(r)
             return lambda: rid
+        if isinstance(op, (tpu.SendFromHostOp, tpu.RecvAtHostOp)) and tpu.HELD_ATTR in op.attributes:
+            # Host values kept for the run: the replica inputs that host code
+            # uses (before the device program), host values the outputs need
+            # (after it).
+            key, n = op.key.data, len(op.results)
+            if isinstance(op, tpu.SendFromHostOp):
+                return lambda *vals: self.state.hold(r, key, self.state.generation[0], vals)
+            return lambda: self.state.held_values(r, key, n)
         if op.dialect_name() in ("ccl",) or isinstance(
             op, (tpu.SendToHostOp, tpu.RecvFromHostOp, tpu.RecvAtHostOp, tpu.SendFromHostOp)
         ):
@@ -207,13 +225,13 @@ class Executable:
         k = len(flat) // n if n else 0
         tasks = [
             (f"host replica {r}", lambda r=r: call_plan(plan, [flat[i * n + r] for i in range(k)], ks[r], r, cluster))
-            for r in range(n)
+            for r in self.local_replicas
         ]
 
-        def describe(r: int, frame: Any) -> dict:
+        def describe(i: int, frame: Any) -> dict:
             op = running_op(frame)
             return dict(
-                replica=r,
+                replica=self.local_replicas[i],
                 cluster=cluster,
                 op=None if op is None else op.name,
                 location=None if op is None else op_location(op),
@@ -223,7 +241,7 @@ class Executable:
             tasks, self.abort, timeout=self.timeout, abort_grace=min(0.5, self.timeout),
             inline=False, describe=describe,
         )
-        return _by_output(results, n)
+        return _by_output(self._all_replicas(results), n)
 
     def _device_kernel(self, op: Operation, r: int, c: int = 0) -> Callable[..., Any]:
         """The kernel of ``op`` for the worker of replica ``r``, logical core
@@ -289,12 +307,16 @@ class Executable:
 
     def _host_kernel(self, op: Operation, w: HostWorker) -> Callable[..., Any]:
         if isinstance(op, tpu.RecvAtHostOp):
+            if tpu.HELD_ATTR in op.attributes:
+                return w.held_recv_kernel(op.key.data, len(op.results))
             # The function's first recv_at_host (its _args) returns the message
             # that started the run; any other waits on its own channel.
             if w.plan is not None and w.plan.ops and op is w.plan.ops[0]:
                 return w.recv_kernel(len(op.results))
             return w.channel_recv_kernel(op.key.data, len(op.results))
         if isinstance(op, tpu.SendFromHostOp):
+            if tpu.HELD_ATTR in op.attributes:
+                return w.held_send_kernel(op.key.data)
             return w.send_kernel(op.key.data)
         if isinstance(op, tpu.ReplicaIdOp):
             rid = np.int32(w.replica)
@@ -389,7 +411,7 @@ class Executable:
         k = len(flat) // n if n else 0
         splits = self._input_splits
         tasks: list[tuple[str, Callable[[], Any]]] = []
-        for r in range(n):
+        for r in self.local_replicas:
             vals = [flat[i * n + r] for i in range(k)]
             per_core: list[list[Any]] = [[] for _ in range(C)]
             for v, sp in zip(vals, splits):
@@ -406,27 +428,39 @@ class Executable:
                 )
         with _blas_limit():
             results = run_workers(tasks, self.abort)
+        if self.world is not None:  # only this rank's replicas ran
+            results = self._all_replicas([tuple(results[i * C:(i + 1) * C]) for i in range(len(self.local_replicas))])
+            results = [None if cores is None else cores[c] for cores in results for c in range(C)]
         outs = []
         for j, assemble in enumerate(self._output_assemblers):
             for r in range(n):
-                outs.append(assemble([results[r * C + c][j] for c in range(C)]))
+                outs.append(None if results[r * C] is None else assemble([results[r * C + c][j] for c in range(C)]))
         return outs[0] if len(outs) == 1 else (tuple(outs) or None)
 
     def _run_replicas(self, *flat: Any) -> tuple:
         n = self.num_replicas
         k = len(flat) // n if n else 0
         tasks: list[tuple[str, Callable[[], Any]]] = []
-        for r in range(n):
+        for r in self.local_replicas:
             args = [flat[i * n + r] for i in range(k)]
             tasks.append((f"device replica {r}", lambda r=r, args=args: self._device_task(r, args)))
-        if n > 1 or self.host_workers:
+        if len(tasks) > 1 or self.host_workers:
             # Workers already run in parallel: BLAS threads on top of them
             # oversubscribe the cores (8 replicas x 2 BLAS threads ran 2x slower).
             with _blas_limit():
                 results = run_workers(tasks, self.abort)
         else:
             results = run_workers(tasks, self.abort)
-        return _by_output(results, n)
+        return _by_output(self._all_replicas(results), n)
+
+    def _all_replicas(self, local: list) -> list:
+        """Per-replica results of every replica from this rank's (MPI
+        backend; see runtime/mpi.py), None for replicas whose outputs this
+        rank does not get."""
+        if self.world is None:
+            return local
+        return self.world.all_replicas(dict(zip(self.local_replicas, local)), self.num_replicas,
+                                       self.timeout, self.abort)
 
     def run(self, args: Sequence[Any]) -> list[np.ndarray]:
         """Run ``@main`` on its flat arguments; returns its flat results as
@@ -451,6 +485,11 @@ class Executable:
             if self.state.closed:
                 raise RuntimeError("the executable was closed")
             if self.abort.is_set:  # the previous run failed
+                if self.world is not None:
+                    raise RuntimeError(
+                        "a previous run of this program failed under MPI; the job cannot go on "
+                        "(messages of the failed run may still be in flight): end it"
+                    )
                 self._replace_busy_host_workers()
                 self.abort.reset()
                 self.comm.reset()
@@ -468,8 +507,10 @@ class Executable:
                 if isinstance(err, BaseException) and not isinstance(err, Aborted):
                     raise err
                 raise
-            except BaseException:
+            except BaseException as exc:
                 self.abort.abort(None)  # stop host workers still busy
+                if self.world is not None:
+                    self.world.failed(exc)
                 raise
             finally:
                 if self.abort.is_set:
@@ -594,8 +635,8 @@ def _output_assemblers(rep: tpu.ReplicateOp) -> list[Callable[[list[Any]], Any]]
 def _by_output(per_replica: list[tuple], n: int) -> Any:
     """Replica-major results to ``tpu.replicate``'s output-major order, in the
     plans' kernel convention (one result bare, none as None)."""
-    m = len(per_replica[0]) if per_replica else 0
-    outs = tuple(per_replica[r][j] for j in range(m) for r in range(n))
+    m = max((len(t) for t in per_replica if t is not None), default=0)
+    outs = tuple(None if per_replica[r] is None else per_replica[r][j] for j in range(m) for r in range(n))
     return outs[0] if len(outs) == 1 else (outs or None)
 
 
@@ -651,9 +692,30 @@ def _detached(x: Any, inputs: list[np.ndarray]) -> np.ndarray:
     Results of collectives are shared, read-only arrays; like TF's tensors
     they are values, not buffers to write into.
     """
+    if x is None:  # another rank's replica (MPI backend, outputs="local")
+        return None
     a = np.asarray(x)
     if a.ndim and a.base is not None:
         for i in inputs:
             if i.ndim and np.may_share_memory(a, i):
                 return a.copy()
     return a
+
+
+def _mpi_program(exe: Executable) -> Communicator:
+    """The MPI backend's communicator for ``exe``, after checking that every
+    rank compiled the same program; creates the sub-communicators of the
+    program's groups in program order (collective, on every rank)."""
+    from xtpu.runtime.mpi_communicator import HybridCommunicator
+
+    exe.world.check_same_program(str(exe.module), exe.timeout)
+    comm = HybridCommunicator(exe.world, exe.num_replicas * exe.num_cores, exe.abort, exe.timeout,
+                              cores_per_replica=exe.num_cores)
+    groups, pairs = [], []
+    for op in exe.replicate.body.walk():
+        if isinstance(op, ccl.CollectivePermuteOp):
+            pairs.append([list(q) for q in op.params()["source_target_pairs"]])
+        elif isinstance(op, (ccl.AllReduceOp, ccl.AllGatherOp, ccl.ReduceScatterOp, ccl.AllToAllOp)):
+            groups.append([list(g) for g in op.params()["replica_groups"]])
+    comm.prepare(groups, pairs)
+    return comm

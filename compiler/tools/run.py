@@ -15,6 +15,9 @@ comma-separated ``.npy`` files.  Files are loaded with
 ``allow_pickle=False``.  Results are printed per replica; ``--save`` also
 writes them to an ``.npz`` with keys ``replica<R>_output<J>``.
 
+With ``--backend mpi`` under ``mpiexec -n P xtpu-run ...`` the replicas are
+spread over the ranks (``xtpu.distributed``); rank 0 prints and saves.
+
 Exit status: 0 on success, 1 when the module or the inputs are bad or a
 replica fails at run time (the message says which), 2 for usage errors.
 """
@@ -135,7 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=None, help="seconds a channel or collective may wait")
     ap.add_argument("--save", default=None, metavar="OUT.npz", help="also write the results to this .npz")
     ap.add_argument("--print-ir", action="store_true", help="print the module that runs")
+    ap.add_argument("--backend", choices=("threads", "mpi"), default=None,
+                    help="replicas as threads of this process (default) or spread over the MPI ranks of "
+                    "`mpiexec -n P xtpu-run ...` (default: $XTPU_BACKEND)")
     args = ap.parse_args(argv)
+    rank = 0
+    if args.backend == "mpi":
+        from xtpu import distributed
+
+        distributed.initialize()
+        rank = distributed.process_index()
 
     from xtpu.pipeline import PipelineError, module_text, parse_module, parse_pipeline, run_pipeline, verify_module
     from xtpu.replication import default_pipeline
@@ -180,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         where = _where_is(module, str(e))
         print(f"xtpu-run: {where or name}: the runtime cannot run this module: {e}", file=sys.stderr)
         return 1
-    if args.print_ir:
+    if args.print_ir and rank == 0:
         print(module_text(module))
 
     n = exe.num_replicas
@@ -219,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError as e:
         print(f"xtpu-run: {name}: the program does not fit in memory: {e}", file=sys.stderr)
         return 1
+    if exe.world is not None and exe.world.rank != 0:
+        return 0  # rank 0 prints and saves every replica's results
     m = len(outs) // n if n else 0
     saved = {}
     for r in range(n):

@@ -1,0 +1,194 @@
+"""Collectives among replicas spread over MPI ranks, threads within a rank.
+
+:class:`HybridCommunicator` is a :class:`~xtpu.runtime.communicator.ThreadCommunicator`
+whose groups may span ranks. The participants of a group that live on this
+rank meet in the usual in-process rendezvous; the last of them to arrive
+exchanges the rank's operands with the other ranks of the group (point to
+point on the group's own sub-communicator, so groups used at the same time
+never mix their messages), then every rank applies the same computation to
+the whole group's operands that the threads backend applies. Reductions
+therefore combine the operands in ascending participant id whatever the
+number of ranks: float results equal the threads backend's bit for bit.
+
+Sub-communicators (``MPI_Comm_create_group``, one per group that spans
+ranks) are created by :meth:`HybridCommunicator.prepare`, which the executor
+calls once per compiled program on every rank with the program's groups in
+program order; a group first seen at run time is an error, since creating a
+communicator then could deadlock ranks that reach it in different orders.
+"""
+
+from __future__ import annotations
+
+from time import monotonic
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .communicator import ThreadCommunicator, _fmt_group
+from .errors import XtpuRuntimeError
+from .mpi import World
+from .workers import AbortSignal
+
+__all__ = ["HybridCommunicator"]
+
+_TAG_DATA = 10
+
+
+class _Span:
+    """A group with members on several ranks, as seen from this rank.
+
+    Looks like a ``_Rendezvous`` to the collectives (``group``,
+    ``ascending``: the whole group's); ``local`` is the rendezvous of this
+    rank's members."""
+
+    __slots__ = ("group", "ascending", "local", "mine", "local_index", "peers", "comm")
+
+    def __init__(self, group, local, mine, peers, comm) -> None:
+        self.group = group
+        self.ascending = sorted(range(len(group)), key=group.__getitem__)
+        self.local = local  # rendezvous of this rank's members
+        self.mine = mine  # their positions in group
+        self.local_index = {i: k for k, i in enumerate(mine)}
+        self.peers = peers  # [(sub-communicator rank, world rank, positions in group)]
+        self.comm = comm
+
+
+class HybridCommunicator(ThreadCommunicator):
+    """Collectives among ``R x C`` participants of which this rank runs some.
+
+    Args:
+        world: the :class:`~xtpu.runtime.mpi.World` (rank and placement).
+        num_participants: ``R x C`` (replicas times logical cores).
+        abort_signal, timeout, cores_per_replica: as for
+            :class:`ThreadCommunicator`.
+
+    Participant ``p`` (replica ``p // C``) runs on rank
+    ``world.owner(p // C, R)``. Same contract and errors as
+    :class:`ThreadCommunicator`, plus:
+
+    Raises:
+        RemoteRankError: another rank's run failed while this one waited.
+        RuntimeTimeoutError: a rank of the group never sent its operands
+            within the timeout; the message names the ranks and their
+            replicas.
+        XtpuRuntimeError: a group spanning ranks that :meth:`prepare` did not
+            see.
+    """
+
+    def __init__(self, world: World, num_participants: int, abort_signal: AbortSignal,
+                 timeout: float | None = None, *, cores_per_replica: int = 1) -> None:
+        super().__init__(num_participants, abort_signal, timeout, cores_per_replica=cores_per_replica)
+        self.world = world
+        C = self.cores_per_replica
+        R = self.num_participants // C
+        self.owner = [world.owner(p // C, R) for p in range(self.num_participants)]
+        self._spans: dict = {}
+        self._preparing = False
+
+    # -- groups -------------------------------------------------------------------
+
+    def prepare(self, replica_groups_list: Iterable[Sequence[Sequence[int]] | None],
+                permute_pairs_list: Iterable[Sequence[Sequence[int]]] = ()) -> None:
+        """Create the sub-communicators of the given collectives' groups;
+        call on every rank with the same lists (collective over the ranks of
+        each group)."""
+        self._preparing = True
+        try:
+            for groups in replica_groups_list:
+                self._plan(groups)
+            for pairs in permute_pairs_list:
+                self.collective_permute_plan(pairs)
+            self._rv(("barrier",), tuple(range(self.num_participants)))
+        finally:
+            self._preparing = False
+
+    def collective_permute_plan(self, pairs) -> None:
+        members = tuple(sorted({int(x) for p in pairs for x in p}))
+        if members:
+            self._rv(("permute",) + members, members)
+
+    def _rv(self, key, group):
+        span = self._spans.get(key)
+        if span is not None:
+            return span
+        me = self.world.rank
+        ranks = sorted({self.owner[p] for p in group})
+        if len(ranks) == 1 or me not in ranks:
+            return super()._rv(key, group)
+        comm_key = ("group",) + tuple(key if isinstance(key, tuple) else (key,))
+        comm = self.world._groups.get(comm_key)
+        if comm is None:
+            if not self._preparing:
+                raise XtpuRuntimeError(
+                    f"the group {_fmt_group(group)} spans ranks {ranks} but was not prepared: "
+                    "collectives between ranks need HybridCommunicator.prepare with the program's "
+                    "groups (the executor does it)"
+                )
+            comm = self.world.sub_comm(comm_key, tuple(ranks))
+        mine = [i for i, p in enumerate(group) if self.owner[p] == me]
+        local = super()._rv(("local",) + comm_key, tuple(group[i] for i in mine))
+        peers = [
+            (k, q, [i for i, p in enumerate(group) if self.owner[p] == q])
+            for k, q in enumerate(ranks)
+            if q != me
+        ]
+        span = _Span(tuple(group), local, mine, peers, comm)
+        with self._lock:
+            return self._spans.setdefault(key, span)
+
+    def reset(self) -> None:
+        super().reset()
+        with self._lock:
+            self._spans = {}
+
+    # -- the rendezvous across ranks ----------------------------------------------------
+
+    def _run(self, rv, index, replica, value, meta, compute, op):
+        if not isinstance(rv, _Span):
+            return super()._run(rv, index, replica, value, meta, compute, op)
+        span = rv
+
+        def across(values, metas):
+            self._check_same(op, span.local.group, metas, values)
+            full = self._exchange(span, values, op)
+            results = compute(full, [metas[0]] * len(full))
+            return [results[i] for i in span.mine]
+
+        return super()._run(span.local, span.local_index[index], replica, value, meta, across, op)
+
+    def _exchange(self, span: _Span, values: list, op: str) -> list:
+        """This rank's members' operands to the group's other ranks and
+        theirs here; returns the whole group's operands in group order."""
+        MPI = self.world.MPI
+        mine = np.stack([np.asarray(v) for v in values])  # [k, *shape], contiguous
+        shape, dtype = mine.shape[1:], mine.dtype
+        if dtype.hasobject:
+            raise XtpuRuntimeError(f"{op}: operands of dtype {dtype} cannot be sent between ranks")
+        comm = span.comm
+        pending, received = {}, []
+        for k, q, positions in span.peers:
+            buf = np.empty((len(positions),) + shape, dtype)
+            pending[q] = [comm.Irecv([buf, MPI.BYTE], source=k, tag=_TAG_DATA),
+                          comm.Isend([mine, MPI.BYTE], dest=k, tag=_TAG_DATA)]
+            received.append((positions, buf))
+        deadline = monotonic() + self.timeout
+        C = self.cores_per_replica
+
+        def describe(missing):
+            who = {q: sorted({span.group[i] // C for i in pos}) for _, q, pos in span.peers}
+            names = "; ".join(f"rank {q} (replicas {who[q]})" for q in missing)
+            return (f"timed out after {self.timeout} s in {op} of group {_fmt_group(span.group)} "
+                    f"on rank {self.world.rank}: {names} never sent their operands")
+
+        try:
+            self.world.wait(pending, deadline, self.abort_signal, describe)
+        except XtpuRuntimeError as e:
+            e.add_context(op=op)
+            raise
+        full: list = [None] * len(span.group)
+        for i, v in zip(span.mine, mine):
+            full[i] = v
+        for positions, buf in received:
+            for i, v in zip(positions, buf):
+                full[i] = v
+        return full
