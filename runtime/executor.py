@@ -504,6 +504,8 @@ class Executable:
                 # No device worker failed by itself: a host worker aborted
                 # the run; its error is the one to report.
                 err = self.abort.exception
+                if self.world is not None:
+                    self.world.failed(err if isinstance(err, BaseException) else Aborted(None))
                 if isinstance(err, BaseException) and not isinstance(err, Aborted):
                     raise err
                 raise

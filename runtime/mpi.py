@@ -81,7 +81,7 @@ class RemoteRankError(XtpuRuntimeError):
         rank: the rank that failed first.
     """
 
-    def __init__(self, message: str, rank: int, **context) -> None:
+    def __init__(self, message: str, rank: int | None = None, **context) -> None:
         super().__init__(message, **context)
         self.rank = rank
 
@@ -225,19 +225,26 @@ class World:
 
     # -- sub-communicators ----------------------------------------------------------------
 
-    def sub_comm(self, key: tuple, ranks: tuple[int, ...]):
-        """A communicator over ``ranks`` (sorted, containing this rank) for the
-        group ``key``: one per group, so groups used at once from different
-        threads never share one. Creating it is collective over ``ranks``
-        (``MPI_Comm_create_group``): every member must ask for the same keys
-        in the same order."""
-        comm = self._groups.get(key)
-        if comm is None:
-            grp = self.comm.Get_group().Incl(list(ranks))
-            tag = int.from_bytes(hashlib.sha1(repr(key).encode()).digest()[:3], "little")
-            comm = self._groups[key] = self.comm.Create_group(grp, tag)
-            grp.Free()
-        return comm
+    def ensure_comms(self, keys: Sequence[tuple], timeout: float, abort_signal=None) -> None:
+        """Create the communicators of the groups ``keys`` not created yet:
+        one duplicate of the job's communicator per group (``MPI_Comm_idup``,
+        collective over every rank: every rank must pass the same keys in
+        the same order, as the executor does with a program's groups), so
+        groups used at once from different threads never share one. Ranks
+        keep their world rank in it. Created once per process and group.
+
+        Raises:
+            RuntimeTimeoutError: some rank did not take part within ``timeout``.
+        """
+        new = [k for k in dict.fromkeys(keys) if k not in self._groups]
+        if not new:
+            return
+        made = [self.comm.Idup() for _ in new]
+        self.wait({0: [req for _, req in made]}, monotonic() + timeout, abort_signal,
+                  lambda missing: f"timed out after {timeout} s creating the communicators of the "
+                  f"program's replica groups: not every rank compiled it (rank {self.rank} of {self.size})")
+        for k, (comm, _) in zip(new, made):
+            self._groups[k] = comm
 
     # -- exchanging objects ---------------------------------------------------------------
 

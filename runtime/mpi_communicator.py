@@ -10,8 +10,8 @@ the whole group's operands that the threads backend applies. Reductions
 therefore combine the operands in ascending participant id whatever the
 number of ranks: float results equal the threads backend's bit for bit.
 
-Sub-communicators (``MPI_Comm_create_group``, one per group that spans
-ranks) are created by :meth:`HybridCommunicator.prepare`, which the executor
+Sub-communicators (``MPI_Comm_idup`` of the job's communicator, one per
+group that spans ranks, so concurrent groups never share one) are created by :meth:`HybridCommunicator.prepare`, which the executor
 calls once per compiled program on every rank with the program's groups in
 program order; a group first seen at run time is an error, since creating a
 communicator then could deadlock ranks that reach it in different orders.
@@ -24,7 +24,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .communicator import ThreadCommunicator, _fmt_group
+from .communicator import (
+    ThreadCommunicator,
+    _fmt_group,
+    normalize_replica_groups,
+    normalize_source_target_pairs,
+)
 from .errors import XtpuRuntimeError
 from .mpi import World
 from .workers import AbortSignal
@@ -32,6 +37,14 @@ from .workers import AbortSignal
 __all__ = ["HybridCommunicator"]
 
 _TAG_DATA = 10
+
+
+def _comm_key(key) -> tuple:
+    return ("group",) + (key if isinstance(key, tuple) else (key,))
+
+
+def _permute_members(pairs, n: int) -> tuple[int, ...]:
+    return tuple(sorted({x for p in normalize_source_target_pairs(pairs, n) for x in p}))
 
 
 class _Span:
@@ -49,7 +62,7 @@ class _Span:
         self.local = local  # rendezvous of this rank's members
         self.mine = mine  # their positions in group
         self.local_index = {i: k for k, i in enumerate(mine)}
-        self.peers = peers  # [(sub-communicator rank, world rank, positions in group)]
+        self.peers = peers  # [(rank in comm, world rank, positions in group)]
         self.comm = comm
 
 
@@ -83,29 +96,30 @@ class HybridCommunicator(ThreadCommunicator):
         R = self.num_participants // C
         self.owner = [world.owner(p // C, R) for p in range(self.num_participants)]
         self._spans: dict = {}
-        self._preparing = False
 
     # -- groups -------------------------------------------------------------------
 
     def prepare(self, replica_groups_list: Iterable[Sequence[Sequence[int]] | None],
                 permute_pairs_list: Iterable[Sequence[Sequence[int]]] = ()) -> None:
-        """Create the sub-communicators of the given collectives' groups;
-        call on every rank with the same lists (collective over the ranks of
-        each group)."""
-        self._preparing = True
-        try:
-            for groups in replica_groups_list:
-                self._plan(groups)
-            for pairs in permute_pairs_list:
-                self.collective_permute_plan(pairs)
-            self._rv(("barrier",), tuple(range(self.num_participants)))
-        finally:
-            self._preparing = False
+        """Create the communicators of the given collectives' groups that
+        span ranks; call on every rank with the same lists (the executor does,
+        once per compiled program). Collective over all ranks.
 
-    def collective_permute_plan(self, pairs) -> None:
-        members = tuple(sorted({int(x) for p in pairs for x in p}))
-        if members:
-            self._rv(("permute",) + members, members)
+        Raises:
+            ValueError: invalid ``replica_groups`` or pairs.
+            RuntimeTimeoutError: a rank did not take part within the timeout.
+        """
+        n = self.num_participants
+        groups: list[tuple] = []
+        for rg in replica_groups_list:
+            groups.extend((g, g) for g in normalize_replica_groups(rg, n))
+        for pairs in permute_pairs_list:
+            members = _permute_members(pairs, n)
+            if members:
+                groups.append((("permute",) + members, members))
+        groups.append((("barrier",), tuple(range(n))))
+        keys = [_comm_key(k) for k, g in groups if len({self.owner[p] for p in g}) > 1]
+        self.world.ensure_comms(keys, self.timeout, self.abort_signal)
 
     def _rv(self, key, group):
         span = self._spans.get(key)
@@ -115,21 +129,18 @@ class HybridCommunicator(ThreadCommunicator):
         ranks = sorted({self.owner[p] for p in group})
         if len(ranks) == 1 or me not in ranks:
             return super()._rv(key, group)
-        comm_key = ("group",) + tuple(key if isinstance(key, tuple) else (key,))
-        comm = self.world._groups.get(comm_key)
+        comm = self.world._groups.get(_comm_key(key))
         if comm is None:
-            if not self._preparing:
-                raise XtpuRuntimeError(
-                    f"the group {_fmt_group(group)} spans ranks {ranks} but was not prepared: "
-                    "collectives between ranks need HybridCommunicator.prepare with the program's "
-                    "groups (the executor does it)"
-                )
-            comm = self.world.sub_comm(comm_key, tuple(ranks))
+            raise XtpuRuntimeError(
+                f"the group {_fmt_group(group)} spans ranks {ranks} but was not prepared: "
+                "collectives between ranks need HybridCommunicator.prepare with the program's "
+                "groups (the executor does it)"
+            )
         mine = [i for i, p in enumerate(group) if self.owner[p] == me]
-        local = super()._rv(("local",) + comm_key, tuple(group[i] for i in mine))
+        local = super()._rv(("local",) + _comm_key(key), tuple(group[i] for i in mine))
         peers = [
-            (k, q, [i for i, p in enumerate(group) if self.owner[p] == q])
-            for k, q in enumerate(ranks)
+            (q, q, [i for i, p in enumerate(group) if self.owner[p] == q])
+            for q in ranks
             if q != me
         ]
         span = _Span(tuple(group), local, mine, peers, comm)

@@ -1,0 +1,157 @@
+"""The MPI backend (runtime/mpi.py, xtpu.distributed): the suite starts
+``mpiexec -n 2`` and ``-n 4`` itself (ranks may outnumber cores).
+
+Results under MPI are compared bit for bit with the same programs run here
+on threads (mpi_cases.py), and mpi_cases.py also runs, on every rank, suite
+tests that check themselves against numpy (the seed examples, the
+logical-device end-to-end cases). Failures (mpi_failures.py): a host
+function raising on one rank, a rank that never reaches a collective and a
+rank killed mid-step end every rank within the timeout and ``mpiexec``
+exits non-zero.
+"""
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mpi4py")
+
+from xtpu.launch import find_mpiexec  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MPIEXEC = find_mpiexec()
+pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found (pip install 'xtpu[mpi]')")
+
+TIMEOUT = 5.0  # XTPU_TIMEOUT of the failure runs
+LIMIT = 120  # a run that is not over by then hangs
+
+
+def env(**extra):
+    e = dict(os.environ, XTPU_BACKEND="mpi", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    e.pop("XTPU_MPI_OUTPUTS", None)
+    e.update(extra)
+    return e
+
+
+def mpiexec(n, args, **extra):
+    start = time.monotonic()
+    proc = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, *args], capture_output=True, text=True,
+                          env=env(**extra), timeout=LIMIT, cwd=HERE)
+    return proc, time.monotonic() - start
+
+
+def same(a, b):
+    """Equal structure, dtypes, shapes and bits."""
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.fixture(scope="module")
+def threads_results():
+    sys.path.insert(0, HERE)
+    import mpi_cases
+
+    return mpi_cases.run_cases()
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_programs_on_ranks_equal_the_threads_run(n, tmp_path, threads_results):
+    proc, _ = mpiexec(n, ["mpi_cases.py", str(tmp_path)], XTPU_TIMEOUT="30")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for k in range(n):
+        assert f"rank {k} of {n}: cases" in proc.stdout
+        assert "suite functions 11" in proc.stdout
+        with open(tmp_path / f"rank{k}.pkl", "rb") as f:
+            got = pickle.load(f)
+        assert sorted(got) == sorted(threads_results)
+        for case, want in threads_results.items():
+            assert same(got[case], want), (k, case)
+
+
+def test_launcher_runs_an_unchanged_script_on_ranks(tmp_path, threads_results):
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import sys, pickle, numpy as np, xtpu\n"
+        f"sys.path.insert(0, {HERE!r})\n"
+        "import mpi_cases\n"
+        "out = xtpu.replicate(mpi_cases.four_replicas, [[v] for v in mpi_cases._floats(4, (5,), 1)])\n"
+        "i = xtpu.distributed.process_index()\n"
+        f"pickle.dump((i, xtpu.distributed.process_count(), out), open({str(tmp_path)!r} + f'/out{{i}}.pkl', 'wb'))\n"
+    )
+    e = dict(os.environ)
+    e.pop("XTPU_BACKEND", None)
+    proc = subprocess.run([sys.executable, "-m", "xtpu.launch", "-n", "2", str(script)], capture_output=True,
+                          text=True, env=e, timeout=LIMIT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for k in range(2):
+        with open(tmp_path / f"out{k}.pkl", "rb") as f:
+            i, size, out = pickle.load(f)
+        assert (i, size) == (k, 2)
+        assert same(out, threads_results["four_replicas"])
+
+
+def test_xtpu_run_with_the_mpi_backend_prints_what_the_threads_run_prints(tmp_path):
+    import xtpu
+
+    xs = [np.array([r * r, 0.5 * r], np.float32) for r in range(4)]
+    text = xtpu.lower(lambda x: xtpu.cross_replica_sum(x, [[0, 3], [1, 2]]) * 2.0, [[x] for x in xs]).as_text()
+    (tmp_path / "m.mlir").write_text(text)
+    ins = []
+    for r, x in enumerate(xs):
+        np.save(tmp_path / f"x{r}.npy", x)
+        ins += ["-i", str(tmp_path / f"x{r}.npy")]
+    argv = ["-m", "xtpu.tools.run", str(tmp_path / "m.mlir"), *ins]
+    threads = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=LIMIT,
+                             env=dict(os.environ, XTPU_BACKEND="threads"))
+    assert threads.returncode == 0, threads.stderr
+    proc, _ = mpiexec(2, [*argv, "--backend", "mpi"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == threads.stdout  # rank 0 prints every replica, once
+    # replicas 0 and 3 sum together, 1 and 2: 2 * ([0, 0] + [9, 1.5]), 2 * ([1, .5] + [4, 1])
+    assert proc.stdout.count("replica 3:\n  output 0: float32[2] = [18.,  3.]") == 1, proc.stdout
+    assert proc.stdout.count("replica 1:\n  output 0: float32[2] = [10.,  3.]") == 1, proc.stdout
+
+
+def _ranks_raised(out):
+    return sorted(int(line.split()[1]) for line in out.splitlines() if line.startswith("rank ") and " raised: " in line)
+
+
+def test_a_host_function_raising_on_one_rank_stops_every_rank():
+    proc, elapsed = mpiexec(2, ["mpi_failures.py", "raise"], XTPU_TIMEOUT=str(TIMEOUT))
+    out = proc.stdout
+    assert proc.returncode != 0
+    assert elapsed < LIMIT / 2
+    assert "rank 0 ran a step" in out and "rank 1 ran a step" in out
+    # The failing rank names the replica, the op, the cluster and itself ...
+    line1 = next(line for line in out.splitlines() if line.startswith("rank 1 raised"))
+    assert "HostComputeError: replica 3, op hlo.string_to_number, cluster '0'" in line1
+    assert "(on rank 1 of 2)" in line1
+    # ... and the other rank raises the same error at once, not after the timeout.
+    if "rank 0 raised" in out:  # unless MPI_Abort ended it first
+        line0 = next(line for line in out.splitlines() if line.startswith("rank 0 raised"))
+        assert "RemoteRankError" in line0 and "rank 1 failed: replica 3, op hlo.string_to_number" in line0
+
+
+def test_a_rank_that_never_reaches_the_collective_times_out_the_others():
+    proc, elapsed = mpiexec(2, ["mpi_failures.py", "late"], XTPU_TIMEOUT=str(TIMEOUT))
+    assert proc.returncode != 0
+    assert TIMEOUT <= elapsed < TIMEOUT + 30  # the sleeping rank does not hold the job
+    assert _ranks_raised(proc.stdout) == [0]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("rank 0 raised"))
+    assert "RuntimeTimeoutError" in line and "ccl.all_reduce" in line
+    assert "rank 1 (replicas [2, 3]) never sent their operands" in line
+
+
+def test_a_rank_killed_mid_step_ends_the_job():
+    proc, elapsed = mpiexec(2, ["mpi_failures.py", "kill"], XTPU_TIMEOUT=str(TIMEOUT))
+    assert proc.returncode != 0
+    assert elapsed < TIMEOUT + 30
+    assert "rank 0 ran a step" in proc.stdout
