@@ -155,3 +155,35 @@ def test_a_rank_killed_mid_step_ends_the_job():
     assert proc.returncode != 0
     assert elapsed < TIMEOUT + 30
     assert "rank 0 ran a step" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def digits_threads(tmp_path_factory):
+    pytest.importorskip("sklearn")
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import train_digits
+
+    path = tmp_path_factory.mktemp("digits") / "threads.npz"
+    assert train_digits.main(DIGITS + ["--save-weights", str(path)]) == 0
+    with np.load(path) as w:
+        return {k: w[k] for k in w.files}
+
+
+DIGITS = ["--steps", "16", "--steps-per-run", "4", "--log-every", "8", "--min-accuracy", "0.5"]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_train_digits_on_ranks_gives_the_threads_weights(n, tmp_path, digits_threads):
+    out = tmp_path / "w.npz"
+    proc, _ = mpiexec(n, [os.path.join(ROOT, "examples", "train_digits.py"), *DIGITS, "--backend", "mpi",
+                          "--save-weights", str(out)], XTPU_BACKEND="threads")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("held-out accuracy") == 1  # rank 0 reports
+    assert f"on {n} processes" in proc.stdout
+    # Each replica's host prints its log line (8 replicas, steps 0, 8, 15).
+    for r in range(8):
+        assert proc.stdout.count(f"[replica {r}] step 8: local loss") == 1
+    with np.load(out) as w:
+        assert sorted(w.files) == sorted(digits_threads)
+        for k in w.files:
+            assert w[k].tobytes() == digits_threads[k].tobytes(), k
