@@ -6,6 +6,8 @@ order in which the compiler runs them on a traced module.
 
 from xdsl.passes import ModulePass
 
+from xtpu.passes.combine_all_reduce import CombineAllReduce
+from xtpu.passes.decompose_all_reduce import DecomposeAllReduce
 from xtpu.passes.extract_head_tail_outside_compilation import ExtractHeadTailOutsideCompilation
 from xtpu.passes.lower_cross_replica_sum import LowerCrossReplicaSum
 from xtpu.passes.mark_outside_compilation import MarkOutsideCompilation
@@ -22,6 +24,8 @@ ALL_PASSES: dict[str, type[ModulePass]] = {
         LowerCrossReplicaSum,
         PropagateSharding,
         SpmdPartition,
+        CombineAllReduce,
+        DecomposeAllReduce,
     )
 }
 
@@ -30,16 +34,24 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "tpu-extract-head-tail-outside-compilation",
     "tpu-outline-outside-compilation",
     "tpu-lower-cross-replica-sum",
+    "ccl-combine-all-reduce",
 )
 
 SPMD_PIPELINE: tuple[str, ...] = ("tpu-propagate-sharding", "tpu-spmd-partition")
 """Appended to DEFAULT_PIPELINE when a replica has several logical cores
 (docs/logical-devices.md)."""
 
+OPTIONAL_PASSES: tuple[str, ...] = ("ccl-decompose-all-reduce",)
+"""Registered, in no default pipeline: ``benchmarks/all_reduce_passes.py``
+shows no gain on the threads backend."""
+
 __all__ = [
     "ALL_PASSES",
+    "CombineAllReduce",
+    "DecomposeAllReduce",
     "DEFAULT_PIPELINE",
     "SPMD_PIPELINE",
+    "OPTIONAL_PASSES",
     "ExtractHeadTailOutsideCompilation",
     "LowerCrossReplicaSum",
     "MarkOutsideCompilation",

@@ -35,6 +35,7 @@ from xtpu.dialects.tpu import (
 from xtpu.passes import (
     ALL_PASSES,
     DEFAULT_PIPELINE,
+    OPTIONAL_PASSES,
     ExtractHeadTailOutsideCompilation,
     LowerCrossReplicaSum,
     MarkOutsideCompilation,
@@ -446,7 +447,7 @@ def ALL_PASSES_FACTORIES():
 
 
 def test_registry():
-    assert set(DEFAULT_PIPELINE) <= set(ALL_PASSES) <= set(DEFAULT_PIPELINE) | set(SPMD_PIPELINE)
+    assert set(DEFAULT_PIPELINE) <= set(ALL_PASSES) <= set(DEFAULT_PIPELINE) | set(SPMD_PIPELINE) | set(OPTIONAL_PASSES)
     for name, cls in ALL_PASSES.items():
         assert cls.name == name
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen

@@ -3,7 +3,7 @@
 // collectives. The print of the input runs before the device program, the
 // print of the loss after it; cluster "0" stays in the middle, and the device
 // squares %g while the host reduces it.
-// RUN: xtpu-opt %s -p tpu-mark-outside-compilation,tpu-extract-head-tail-outside-compilation,tpu-outline-outside-compilation,tpu-lower-cross-replica-sum | filecheck %s
+// RUN: xtpu-opt %s -p tpu-mark-outside-compilation,tpu-extract-head-tail-outside-compilation,tpu-outline-outside-compilation,tpu-lower-cross-replica-sum,ccl-combine-all-reduce | filecheck %s
 
 // CHECK-LABEL: func @main
 // CHECK-NEXT:    tpu.replicate([%a, %b] as %[[HX:.*]]: tensor<2xf32>) {n = 2 : i64, placement = "host", tpu.outside_compilation_cluster = "auto0"} {
