@@ -13,12 +13,15 @@ are the ccl participants, so the ops are emitted as they are.
 Like ``cross_replica_sum`` they have no kernel outside a replicated
 computation (TF: no kernel for ``AllToAll`` / ``CollectivePermute`` outside
 a TPU computation) and cannot run in an outside-compilation cluster.  In a
-replica split over several logical cores (``num_cores_per_replica > 1``)
-they are refused: ``tpu-spmd-partition`` partitions only all-reduces.
+replica split over several logical cores (``num_cores_per_replica > 1``),
+where ``tpu-spmd-partition`` partitions only all-reduces, each is one
+``cross_replica_sum`` of every replica's share placed in a zero buffer
+(``n`` times the data; see :func:`_through_sum`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -50,12 +53,41 @@ def replicated_trace(what: str) -> Trace:
     return tr
 
 
-def _one_core(what: str, tr: Trace) -> None:
-    if tr.num_cores > 1:
-        raise NotImplementedError(
-            f"{what} in a replica split over {tr.num_cores} logical cores: tpu-spmd-partition partitions only "
-            "all-reduces (cross_replica_sum); use it in a computation with one core per replica"
-        )
+def _select(pred: Any, x: Any, y: Any) -> Any:
+    from xtpu.dialects import hlo
+
+    (out,) = bind(hlo.SelectOp, [pred, x, y])
+    return out
+
+
+def _through_sum(x: Any, n: int, contribution: Callable[[int, Any, Any], Any]) -> Any:
+    """A collective as one ``cross_replica_sum``, for replicas split over
+    logical cores (``tpu-spmd-partition`` partitions all-reduces only).
+
+    ``contribution(t, x, rid)`` is what this replica (``rid``, traced) adds to
+    replica ``t``'s result: its share where it has one, zeros elsewhere.  The
+    sum of slot ``t`` over the replicas is ``t``'s result, which replica ``t``
+    selects.  It moves ``n`` times the result's data and a ``-0.0`` arrives
+    as ``+0.0`` (it is added to zeros); bools travel as int32."""
+    from xtpu.ops.array_ops import concat, replica_id, reshape
+    from xtpu.ops.math_ops import cast
+    from xtpu.replication import cross_replica_sum
+
+    is_bool = x.dtype == "bool"
+    if is_bool:
+        x = cast(x, "int32")
+    rid = replica_id()
+    slots = [contribution(t, x, rid) for t in range(n)]
+    shape = tuple(slots[0].shape)
+    summed = cross_replica_sum(concat([reshape(v, (1,) + shape) for v in slots], 0))
+    out = summed[0]
+    for t in range(1, n):
+        out = _select(rid == np.int32(t), summed[t], out)
+    return cast(out, "bool") if is_bool else out
+
+
+def _zeros_like(x: Any) -> Any:
+    return convert(np.zeros(tuple(x.shape), dtype=np.dtype(x.dtype)))
 
 
 def _int_lists(value: Any, what: str) -> list[list[int]]:
@@ -98,7 +130,6 @@ def all_to_all(x: Any, concat_dimension: int, split_dimension: int, split_count:
         out of range, ``S[split_dimension]`` not divisible by
         ``split_count`` (TF's messages), a bad ``group_assignment``, or a
         call inside an outside_compilation cluster.
-      NotImplementedError: in a replica split over several logical cores.
     """
     del name
     tr = replicated_trace("all_to_all")
@@ -120,7 +151,22 @@ def all_to_all(x: Any, concat_dimension: int, split_dimension: int, split_count:
             raise ValueError(f"{what} {int(d)} is out of range of input rank {rank}")
     if x.shape[split_dimension] % split_count:
         raise ValueError(f"input dimension {x.shape[split_dimension]} not divisible by split_count {split_count}")
-    _one_core("all_to_all", tr)
+    if tr.num_cores > 1:
+        from xtpu.ops.array_ops import concat
+
+        member = {r: (g, i) for g in groups for i, r in enumerate(g)}
+
+        def contribution(t, v, rid):
+            group, position = member[t]
+            size = v.shape[split_dimension] // split_count
+            index = [slice(None)] * rank
+            index[split_dimension] = slice(position * size, (position + 1) * size)
+            block = v[tuple(index)]
+            zeros = _zeros_like(block)
+            parts = [_select(rid == np.int32(src), block, zeros) for src in group]
+            return concat(parts, int(concat_dimension))
+
+        return _through_sum(x, n, contribution)
     (out,) = bind(AllToAllOp, [x], replica_groups=groups, split_dimension=int(split_dimension),
                   concat_dimension=int(concat_dimension))
     return out
@@ -148,7 +194,6 @@ def collective_permute(x: Any, source_target_pairs: Any, name: str | None = None
       ValueError: pairs not of shape ``[num_pairs, 2]``, an id out of
         ``[0, num_replicas)``, a source or target listed twice (XLA's
         messages), or a call inside an outside_compilation cluster.
-      NotImplementedError: in a replica split over several logical cores.
     """
     del name
     tr = replicated_trace("collective_permute")
@@ -167,8 +212,16 @@ def collective_permute(x: Any, source_target_pairs: Any, name: str | None = None
             if p[i] in seen:
                 raise ValueError(f"{what} {p[i]} appears more than once in instruction's source-target pairs: {pairs}")
             seen.add(p[i])
-    _one_core("collective_permute", tr)
-    (out,) = bind(CollectivePermuteOp, [convert(x)], source_target_pairs=tuple(tuple(p) for p in pairs))
+    x = convert(x)
+    if tr.num_cores > 1:
+        source = {t: s for s, t in pairs}
+
+        def contribution(t, v, rid):
+            zeros = _zeros_like(v)
+            return zeros if t not in source else _select(rid == np.int32(source[t]), v, zeros)
+
+        return _through_sum(x, n, contribution)
+    (out,) = bind(CollectivePermuteOp, [x], source_target_pairs=tuple(tuple(p) for p in pairs))
     return out
 
 

@@ -129,11 +129,41 @@ def test_refused_in_an_outside_compilation_cluster():
         xtpu.replicate(f, [[np.float32(1)], [np.float32(2)]])
 
 
-def test_refused_with_several_logical_cores_per_replica():
-    da = xtpu.DeviceAssignment.build(xtpu.initialize_tpu_system(), computation_shape=[1, 1, 1, 2], num_replicas=2)
-    xs = [[np.zeros((4, 2), np.float32)]] * 2
-    with pytest.raises(NotImplementedError, match="all_to_all in a replica split over 2 logical cores"):
-        xtpu.lower(lambda x: xtpu.all_to_all(x, 0, 0, 2), xs, device_assignment=da)
+def _logical(replicas):
+    return xtpu.DeviceAssignment.build(xtpu.initialize_tpu_system(), computation_shape=[1, 1, 1, 2],
+                                       num_replicas=replicas)
+
+
+@pytest.mark.parametrize("n, groups", [(2, None), (4, None), (4, [[0, 3], [1, 2]])])
+def test_all_to_all_with_logical_cores(n, groups):
+    """Two logical cores per replica, the operand split over them: one
+    cross_replica_sum that tpu-spmd-partition partitions."""
+    size = n if groups is None else 2
+    xs = [np.arange(32, dtype=np.float32).reshape(8, 4) * (r + 1) - r for r in range(n)]
+
+    def f(x):
+        x = xtpu.split_to_logical_devices(x, [2, 1])
+        return xtpu.all_to_all(x, 1, 0, size, groups)
+
+    out = xtpu.replicate(f, [[x] for x in xs], device_assignment=_logical(n))
+    for o, r in zip(out, ref_all_to_all(xs, 1, 0, groups or [list(range(n))])):
+        np.testing.assert_array_equal(o[0], r)
+
+
+@pytest.mark.parametrize("pairs", [[[0, 1], [1, 2], [2, 3], [3, 0]], [[2, 0]]])
+def test_collective_permute_with_logical_cores(pairs):
+    xs = [np.arange(8, dtype=np.int32).reshape(4, 2) + 10 * r for r in range(4)]
+
+    def f(x, b):
+        x = xtpu.split_to_logical_devices(x, [2, 1])
+        return xtpu.collective_permute(x, pairs), xtpu.collective_permute(b, pairs)
+
+    bs = [np.array([r % 2 == 0, True]) for r in range(4)]
+    out = xtpu.replicate(f, [[x, b] for x, b in zip(xs, bs)], device_assignment=_logical(4))
+    for o, r, rb in zip(out, ref_permute(xs, pairs), ref_permute(bs, pairs)):
+        np.testing.assert_array_equal(o[0], r)
+        np.testing.assert_array_equal(o[1], rb)
+        assert o[1].dtype == np.bool_
 
 
 def test_traced_ops_are_the_ccl_ops():
@@ -148,7 +178,7 @@ def test_traced_ops_are_the_ccl_ops():
 # -- gradients ---------------------------------------------------------------
 
 
-def _replica_grads(collective, xs, ws):
+def _replica_grads(collective, xs, ws, da=None):
     """Each replica's gradient of its loss sum(w * c(x)**2): the cotangent
     flows through the transposed collective, so replica r gets the
     derivative of the sum over replicas of the losses w.r.t. its x."""
@@ -159,7 +189,7 @@ def _replica_grads(collective, xs, ws):
             loss = xtpu.math.reduce_sum(w * collective(x) ** 2)
         return tape.gradient(loss, x)
 
-    return [o[0] for o in xtpu.replicate(f, [[x, w] for x, w in zip(xs, ws)])]
+    return [o[0] for o in xtpu.replicate(f, [[x, w] for x, w in zip(xs, ws)], device_assignment=da)]
 
 
 def _fd_grads(ref, xs, ws, eps=1e-6):
@@ -273,3 +303,20 @@ def test_replica_context_all_gather_gradient_against_finite_differences():
     want = _fd_grads(lambda v: [np.concatenate(v, 1)] * n, xs, ws)
     for r in range(n):
         np.testing.assert_allclose(out.values[r], want[r], rtol=1e-6, atol=1e-8)
+
+
+def test_gradients_with_logical_cores_against_finite_differences():
+    n = 4
+    xs = _inputs(n, (4, 2), np.float64, seed=7)
+    ws = _inputs(n, (2, 4), np.float64, seed=8)
+    groups = [[0, 2], [1, 3]]
+    got = _replica_grads(lambda x: xtpu.all_to_all(x, 1, 0, 2, groups), xs, ws, _logical(n))
+    want = _fd_grads(lambda v: ref_all_to_all(v, 1, 0, groups), xs, ws)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-8)
+    pairs = [[0, 3], [3, 1], [1, 0]]
+    ws = _inputs(n, (4, 2), np.float64, seed=9)
+    got = _replica_grads(lambda x: xtpu.collective_permute(x, pairs), xs, ws, _logical(n))
+    want = _fd_grads(lambda v: ref_permute(v, pairs), xs, ws)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-8)
