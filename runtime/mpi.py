@@ -207,8 +207,8 @@ class World:
             RuntimeTimeoutError: ``describe(missing_ranks)`` past the deadline.
         """
         MPI = self.MPI
-        delay = 0.0
         left = {peer: list(reqs) for peer, reqs in pending.items()}
+        pause = _Pause()
         while left:
             for peer in list(left):
                 if MPI.Request.Testall(left[peer]):
@@ -220,8 +220,7 @@ class World:
                 raise Aborted(abort_signal.exception)
             if monotonic() > deadline:
                 raise RuntimeTimeoutError(describe(sorted(left)))
-            time.sleep(delay)
-            delay = min(delay * 2 + 1e-6, 1e-3)
+            pause()
 
     # -- sub-communicators ----------------------------------------------------------------
 
@@ -261,7 +260,7 @@ class World:
         deadline = monotonic() + timeout
         got: dict[int, Any] = {}
         status = MPI.Status()
-        delay = 0.0
+        pause = _Pause()
         waiting = set(peers)
         while waiting:
             for p in sorted(waiting):
@@ -270,7 +269,6 @@ class World:
                     self.comm.Recv([buf, MPI.BYTE], source=p, tag=tag)
                     got[p] = pickle.loads(buf)
                     waiting.discard(p)
-                    delay = 0.0
             if not waiting:
                 break
             self.check()
@@ -281,8 +279,7 @@ class World:
                     f"timed out after {timeout} s waiting for {what} from ranks {sorted(waiting)} "
                     f"(rank {self.rank} of {self.size})"
                 )
-            time.sleep(delay)
-            delay = min(delay * 2 + 1e-6, 1e-3)
+            pause()
         self.wait({p: [s] for p, s in zip(peers, sends)}, deadline, abort_signal,
                   lambda missing: f"timed out after {timeout} s sending {what} to ranks {missing}")
         return got
@@ -327,6 +324,29 @@ class World:
                 f"rank {self.rank} compiled a different program than ranks {differ}: under MPI every "
                 "rank must trace and compile the same computation with the same input shapes"
             )
+
+
+class _Pause:
+    """Between two polls of a wait: yield the processor for the first
+    ``SPINS`` polls (a message between ranks of one machine takes
+    microseconds), then sleep, doubling up to 1 ms, so that waiting ranks,
+    even more of them than cores, do not spin."""
+
+    SPINS = 200
+
+    __slots__ = ("n", "delay")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.delay = 20e-6
+
+    def __call__(self) -> None:
+        self.n += 1
+        if self.n <= self.SPINS:
+            os.sched_yield()
+            return
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, 1e-3)
 
 
 def _check_outputs(outputs: str) -> str:

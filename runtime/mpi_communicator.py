@@ -171,7 +171,10 @@ class HybridCommunicator(ThreadCommunicator):
         """This rank's members' operands to the group's other ranks and
         theirs here; returns the whole group's operands in group order."""
         MPI = self.world.MPI
-        mine = np.stack([np.asarray(v) for v in values])  # [k, *shape], contiguous
+        if len(values) == 1:  # [1, *shape], contiguous, no copy when it already is
+            mine = np.ascontiguousarray(np.asarray(values[0]))[None]
+        else:
+            mine = np.stack([np.asarray(v) for v in values])
         shape, dtype = mine.shape[1:], mine.dtype
         if dtype.hasobject:
             raise XtpuRuntimeError(f"{op}: operands of dtype {dtype} cannot be sent between ranks")
