@@ -26,6 +26,7 @@ import numpy as np
 
 from .communicator import (
     ThreadCommunicator,
+    _contiguous,
     _fmt_group,
     normalize_replica_groups,
     normalize_source_target_pairs,
@@ -172,7 +173,7 @@ class HybridCommunicator(ThreadCommunicator):
         theirs here; returns the whole group's operands in group order."""
         MPI = self.world.MPI
         if len(values) == 1:  # [1, *shape], contiguous, no copy when it already is
-            mine = np.ascontiguousarray(np.asarray(values[0]))[None]
+            mine = _contiguous(np.asarray(values[0]))[None]
         else:
             mine = np.stack([np.asarray(v) for v in values])
         shape, dtype = mine.shape[1:], mine.dtype

@@ -37,7 +37,8 @@ def four_replicas(x):
     pairs = xtpu.cross_replica_sum(x * 3.0, group_assignment=[[0, 2], [1, 3]])
     halves = xtpu.cross_replica_sum(x - 1.0, group_assignment=[[0, 1], [2, 3]])
     host = xtpu.outside_compilation(_host, x[0])
-    return total, pairs, halves, xtpu.replica_id(), host + total[0]
+    scalar = xtpu.cross_replica_sum(x[1])  # a 0-d operand stays 0-d
+    return total, pairs, halves, xtpu.replica_id(), host + total[0], scalar
 
 
 def eight_replicas_collectives(x):
