@@ -702,8 +702,11 @@ class _HostSide(PrimitiveOp):
                 f"'{self.name}' op is in the device program of a tpu.replicate; it is the host side of a "
                 "host transfer (in the host function of an outside_compilation cluster)"
             )
-        if rep is not None and rep.on_host:
-            raise VerifyException(f"'{self.name}' op cannot run in a host tpu.replicate (placement = \"host\")")
+        if rep is not None and rep.on_host and HELD_ATTR not in self.attributes:
+            raise VerifyException(
+                f"'{self.name}' op cannot run in a host tpu.replicate (placement = \"host\") unless it is "
+                f"{HELD_ATTR} (a host value kept for the run)"
+            )
 
 
 @irdl_op_definition
@@ -818,3 +821,12 @@ TPU = Dialect("tpu", TPU_OPS, SHARDING_ATTRS)
 
 CLUSTER_ATTR = "tpu.outside_compilation_cluster"
 """Attribute naming the cluster a host function serves."""
+
+HELD_ATTR = "tpu.held"
+"""Unit attribute of a host ``tpu.send_from_host`` / ``tpu.recv_at_host``:
+the values stay on the host for the rest of the run (per replica) instead of
+travelling once through a queue.  A held send replaces the values of its key;
+a held recv reads the last ones, as many times as it runs, and never waits.
+Host values that clusters in other blocks (loop bodies, branches) or the
+program's outputs need, and the replica inputs host code uses, go this way
+(TF keeps them in the host program, ``tf-extract-outside-compilation``)."""

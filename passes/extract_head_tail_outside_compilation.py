@@ -27,7 +27,6 @@ from xtpu.passes._common import (
     HostComputable,
     captured_values,
     clone_into,
-    device_uses,
     erase_if_dead,
     has_side_effects,
     is_string,
@@ -122,33 +121,13 @@ class _Split:
         return not self.computable(v) and not isinstance(v.owner, OutsideCompilationOp)
 
     def solve(self) -> tuple[list[OutsideCompilationOp], list[OutsideCompilationOp]]:
-        """Head and tail clusters.  A value of a moved cluster that a cluster
-        staying on the device uses would have to cross the device: unless the
-        device uses it anyway (and it is not a string), the producer (head) or
-        the user (tail) stays too; repeat until nothing changes."""
-        not_head: set = set()
-        not_tail: set = set()
-        while True:
-            heads = self.head(not_head)
-            tails = self.tail(heads, not_tail)
-            staying = [c for c in self.clusters if c not in heads and c not in tails]
-            changed = False
-            for h in heads:
-                if any(self._crosses(r, staying) for r in h.results):
-                    not_head.add(h)
-                    changed = True
-            for t in tails:
-                for v in self.captured[t]:
-                    if isinstance(v.owner, OutsideCompilationOp) and v.owner in staying and self._crosses(v, [t]):
-                        not_tail.add(t)
-                        changed = True
-            if not changed:
-                return heads, tails
-
-    @staticmethod
-    def _crosses(v: SSAValue, users: list) -> bool:
-        used = any(c.is_ancestor(u.operation) for u in v.uses for c in users)
-        return used and (is_string(v.type) or not device_uses(v))
+        """Head and tail clusters.  A value that a moved cluster hands to a
+        cluster staying on the device never crosses the device: a head
+        result becomes a replica input, which host code reads on the host,
+        and a staying cluster's result that a tail cluster uses is kept on
+        the host (``tpu-outline-outside-compilation``)."""
+        heads = self.head(set())
+        return heads, self.tail(heads, set())
 
 
 def _group(values, j: int, n: int) -> list[SSAValue]:
@@ -358,10 +337,10 @@ class ExtractHeadTailOutsideCompilation(ModulePass):
     Each host replicate has ``tpu.outside_compilation_cluster = "<names>"``
     (the clusters' names joined by ``,``).  A cluster with side effects never
     moves past one that stays (clusters inside ``hlo.if`` / ``hlo.while``
-    always stay), so side effects keep their order; a value that a moved
-    cluster would have to hand to a staying one through the device keeps
-    them both on the device (outlining sends it host to host), unless the
-    device uses it anyway.  TF: ``tf-tpu-extract-head-tail-outside-compilation``.
+    always stay), so side effects keep their order.  A value that a moved
+    cluster hands to a staying one (or back) stays on the host: outlining
+    gives host code the replica inputs (head results among them) and keeps
+    host values for the tail.  TF: ``tf-tpu-extract-head-tail-outside-compilation``.
     """
 
     name = "tpu-extract-head-tail-outside-compilation"

@@ -31,7 +31,7 @@ from xtpu.dialects.hlo import ConstantOp
 from xtpu.dialects.hlo_host import StringConstantOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tpu import OutsideCompilationOp, ReplicateOp, YieldOp
-from xtpu.passes._common import at, enclosing, has_string_values
+from xtpu.passes._common import at, defined_inside, enclosing, has_string_values, in_cluster, is_string
 
 AUTO_PREFIX = "auto"
 """Prefix of the clusters this pass creates (TF's MLIR bridge names)."""
@@ -56,9 +56,27 @@ def host_reason(op: Operation) -> str | None:
         return None
     if has_string_values(op):
         return "it has string values"
+    if op.regions and _uses_captured_string(op):
+        # TF's if_region_captured_string / while_region_captured_string: the
+        # device cannot hold the string, so the control flow goes to the host
+        # whole (its branches or body run there).
+        return "its regions use a string value defined outside it"
     if isinstance(op, PrimitiveOp) and op.HOST_ONLY:
         return "it is a host-only op"
     return None
+
+
+def _uses_captured_string(op: Operation) -> bool:
+    """Whether device code in ``op``'s regions (outside any cluster) uses a
+    string defined outside ``op``; clusters in the regions already read such
+    strings on the host."""
+    for region in op.regions:
+        for inner in region.walk():
+            if in_cluster(inner):
+                continue
+            if any(is_string(v.type) and not defined_inside(v, op) for v in inner.operands):
+                return True
+    return False
 
 
 def _on_device(op: Operation) -> bool:
@@ -166,8 +184,10 @@ class MarkOutsideCompilation(ModulePass):
     type ``!hlo.string`` moves into a new ``tpu.outside_compilation`` cluster
     named ``auto0``, ``auto1``, ... (names in use are skipped).  A cluster in
     a region stays in that region, so it runs on the host exactly when the
-    region runs; an ``hlo.if`` / ``hlo.while`` that has string values itself
-    moves as a whole (host control flow).  A host replicate (``placement =
+    region runs; an ``hlo.if`` / ``hlo.while`` that has string values itself,
+    or whose regions use a string defined outside it (captured, TF's
+    ``if_region_captured_string`` / ``while_region_captured_string``), moves
+    as a whole (host control flow).  A host replicate (``placement =
     "host"``) is left alone.  A maximal run
     of such ops in one block (no device op between them) shares one cluster;
     the values it defines that later ops use become the cluster's results.

@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import FunctionType, ModuleOp, StringAttr
+from xdsl.dialects.builtin import FunctionType, IntegerAttr, ModuleOp, StringAttr, UnitAttr, i64
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.traits import SymbolTable
 from xdsl.utils.exceptions import DiagnosticException
@@ -30,6 +30,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.dialects.tpu import (
     CLUSTER_ATTR,
+    HELD_ATTR,
     OutsideCompilationOp,
     RecvAtHostOp,
     RecvFromHostOp,
@@ -67,6 +68,18 @@ def host_to_host_key(source: str, target: str) -> str:
     """The channel that carries values from cluster ``source``'s host
     function to cluster ``target``'s."""
     return f"host_compute_channel_{source}_to_{target}"
+
+
+def held_key(cluster: str) -> str:
+    """The host values of cluster ``cluster`` that the host keeps for the rest
+    of the run (``tpu.held``): what clusters in other blocks and the
+    program's outputs read."""
+    return f"host_compute_channel_{cluster}_held"
+
+
+REPLICA_INPUTS_KEY = "host_compute_channel_replica_inputs"
+"""The replica inputs that host code uses, kept on the host for the run
+(``tpu.held``) by a host replicate before the device program."""
 
 
 def host_function_name(cluster: str) -> str:
@@ -118,6 +131,19 @@ class _Cluster:
     results of it that this cluster uses and the device does not need."""
     outflows: dict[OutsideCompilationOp, list[SSAValue]] = field(default_factory=dict)
     """The converse: later clusters and the results of this one they get."""
+    held_in: dict[OutsideCompilationOp, list[SSAValue]] = field(default_factory=dict)
+    """Host-to-host values from clusters of enclosing blocks (the producer
+    runs once, this cluster any number of times after it): read from the
+    producer's held values."""
+    held: list[SSAValue] = field(default_factory=list)
+    """Results the host keeps for the run (``held_key``): what clusters in
+    nested blocks and the replicate's outputs read."""
+    held_users: list[OutsideCompilationOp] = field(default_factory=list)
+    """The clusters that read ``held`` (the device receives this cluster's
+    results before any of them runs)."""
+    inputs: list[SSAValue] = field(default_factory=list)
+    """Replica inputs (block arguments of the replicate body) the cluster uses:
+    the host has them (``REPLICA_INPUTS_KEY``), the device never sends them."""
     returned: list[int] = field(default_factory=list)
     """Indices of the results the device uses (sent back on ``_retvals``)."""
     effects: bool = False
@@ -134,28 +160,27 @@ def _analyze(clusters: list[OutsideCompilationOp], computable: HostComputable) -
     plans = {c: _Cluster(c, effects=has_side_effects(c)) for c in clusters}
     for c in clusters:
         p = plans[c]
+        body = _replicate_of(c).body.block
         for v in captured_values(c):
             owner = v.owner
             if isinstance(owner, OutsideCompilationOp):
+                # Host to host, never through the device (also when the
+                # device uses the value too).  The producer's block encloses
+                # this cluster's (dominance): the same block runs both once,
+                # in order (a queue); a nested block may run this cluster
+                # any number of times, so the host keeps the value.
                 if owner.parent_block() is c.parent_block():
                     p.inflows.setdefault(owner, []).append(v)
                     plans[owner].outflows.setdefault(c, []).append(v)
-                    continue
-                if is_string(v.type) or not device_uses(v):
-                    i = list(owner.results).index(v)
-                    a, b = owner.cluster.data, c.cluster.data
-                    why = (
-                        "a string, which never travels through the device"
-                        if is_string(v.type)
-                        else "which the device does not use"
-                    )
-                    raise DiagnosticException(
-                        f"{_describe(c)} uses result {i} of cluster '{a}'{at(owner)}, {why}, but cluster "
-                        f"'{a}' does not run exactly once before each run of cluster '{b}' ('{a}' is in "
-                        f"{_where(owner)}, '{b}' in {_where(c)}); a value that goes host to host needs "
-                        "both clusters in the same block"
-                    )
-                p.sent.append(v)
+                else:
+                    p.held_in.setdefault(owner, []).append(v)
+                    src = plans[owner]
+                    if v not in src.held:
+                        src.held.append(v)
+                    if c not in src.held_users:
+                        src.held_users.append(c)
+            elif isinstance(v, BlockArgument) and v.owner is body:
+                p.inputs.append(v)
             elif computable(v):
                 p.computed.append(v)
             elif is_string(v.type):
@@ -166,8 +191,18 @@ def _analyze(clusters: list[OutsideCompilationOp], computable: HostComputable) -
                 )
             else:
                 p.sent.append(v)
+        term = body.last_op
         for i, r in enumerate(c.results):
-            if not device_uses(r):
+            uses = device_uses(r)
+            if not uses:
+                continue
+            if all(u.operation is term for u in uses):
+                # Only an output of the replicate: the host keeps it and
+                # returns it after the device program (TF's host launch
+                # returns it from the parallel_execute), never through the
+                # device.
+                if r not in p.held:
+                    p.held.append(r)
                 continue
             if is_string(r.type):
                 raise DiagnosticException(
@@ -179,7 +214,31 @@ def _analyze(clusters: list[OutsideCompilationOp], computable: HostComputable) -
     return plans
 
 
-def _build_host_function(p: _Cluster, computable: HostComputable) -> FuncOp:
+def _replicate_of(op: Operation) -> ReplicateOp:
+    rep = enclosing(op, ReplicateOp)
+    assert rep is not None  # _check_clusters
+    return rep
+
+
+def _held_recv(key: str, values: list[SSAValue], location) -> RecvAtHostOp:
+    recv = RecvAtHostOp.make([], key=key, result_specs=[TensorSpec.of_type(v.type) for v in values])
+    recv.attributes[HELD_ATTR] = UnitAttr()
+    recv.location = location
+    for old, new in zip(values, recv.results, strict=True):
+        new.name_hint = old.name_hint
+    return recv
+
+
+def _held_send(key: str, values: list[SSAValue], location) -> SendFromHostOp:
+    send = SendFromHostOp.make(values, key=key)
+    send.attributes[HELD_ATTR] = UnitAttr()
+    send.location = location
+    return send
+
+
+def _build_host_function(
+    p: _Cluster, computable: HostComputable, held_of: dict, inputs_of: dict
+) -> FuncOp:
     """Move the cluster's ops into a host function (named later); the
     cluster op stays behind, empty, as the device side's placeholder."""
     op, name = p.op, p.name
@@ -197,6 +256,18 @@ def _build_host_function(p: _Cluster, computable: HostComputable) -> FuncOp:
         block.add_op(recv)
 
     receive(args_key(name), p.sent)
+
+    def read_held(key: str, kept: list[SSAValue], needed: list[SSAValue]) -> None:
+        recv = _held_recv(key, kept, op.location)
+        for old, new in zip(kept, recv.results, strict=True):
+            if old in needed:
+                mapping[old] = new
+        block.add_op(recv)
+
+    if p.inputs:
+        read_held(REPLICA_INPUTS_KEY, inputs_of[_replicate_of(op)], p.inputs)
+    for source, values in p.held_in.items():
+        read_held(held_key(source.cluster.data), held_of[source], values)
     for source, values in p.inflows.items():
         receive(host_to_host_key(source.cluster.data, name), values)
     clone_into(computable.chain(p.computed), block, mapping)
@@ -212,6 +283,10 @@ def _build_host_function(p: _Cluster, computable: HostComputable) -> FuncOp:
         send = SendFromHostOp.make([result_of[v] for v in values], key=host_to_host_key(name, target.cluster.data))
         send.location = op.location
         block.add_op(send)
+    if p.held:
+        # Kept before the results go back: the device receives them before
+        # any reader of the held values can run.
+        block.add_op(_held_send(held_key(name), [result_of[v] for v in p.held], op.location))
     send = SendFromHostOp.make([yield_op.values[i] for i in p.returned], key=retvals_key(name))
     send.location = op.location
     block.add_op(send)
@@ -279,6 +354,9 @@ class _DeviceSide:
                 earlier(block.find_ancestor_op_in_block(use.operation))
             for user in self.senders.get(r, ()):
                 earlier(block.find_ancestor_op_in_block(user))
+        for user in p.held_users:
+            # Readers of the held values run after the host kept them.
+            earlier(block.find_ancestor_op_in_block(user))
         self.pending_effects.discard(op)
         if p.effects:
             for other in self.pending_effects:
@@ -388,13 +466,23 @@ class OutlineOutsideCompilation(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         clusters = _check_clusters(op)
-        if not clusters:
-            return
+        reps = [r for r in op.walk() if isinstance(r, ReplicateOp) and not r.on_host]
         computable = HostComputable()
         plans = _analyze(clusters, computable)
+        held_of = {c: plans[c].held for c in clusters}
+        inputs_of: dict[ReplicateOp, list[SSAValue]] = {}
+        for c in clusters:
+            if plans[c].inputs:
+                rep = _replicate_of(c)
+                known = inputs_of.setdefault(rep, [])
+                known += [v for v in plans[c].inputs if v not in known]
+        for rep in inputs_of:
+            inputs_of[rep].sort(key=lambda a: a.index)  # type: ignore[attr-defined]
+        held_outputs = {v: c for c in clusters for v in plans[c].held}
+        fates = {rep: _reroute_outputs(rep, held_outputs) for rep in reps}
         # Host side, last cluster first: a cluster's host-to-host inputs are
         # remapped (and so stop using the producer) before the producer goes.
-        funcs = [_build_host_function(plans[c], computable) for c in reversed(clusters)]
+        funcs = [_build_host_function(plans[c], computable, held_of, inputs_of) for c in reversed(clusters)]
         for func in reversed(funcs):
             func.sym_name = StringAttr(_unique_symbol(op, func.sym_name.data))
             op.body.block.add_op(func)
@@ -411,3 +499,122 @@ class OutlineOutsideCompilation(ModulePass):
         for c in clusters:
             dead.extend(computable.chain(plans[c].computed))
         erase_if_dead(list(dict.fromkeys(dead)))
+        for rep in reps:
+            _rebuild(rep, fates[rep], inputs_of.get(rep, []), {c.cluster.data: plans[c].held for c in clusters})
+
+
+# --------------------------------------------------------------------------
+# The device program keeps only what it uses
+# --------------------------------------------------------------------------
+
+
+def _group(values, j: int, n: int) -> list[SSAValue]:
+    return list(values[j * n : (j + 1) * n])
+
+
+def _reroute_outputs(rep: ReplicateOp, held_outputs: dict[SSAValue, OutsideCompilationOp]) -> list[tuple]:
+    """Take off the body's ``tpu.yield`` what the device does not compute: a
+    replica input (the output is the input itself, TF's
+    ``tail_aliased_output``) and a host value that the device does not use
+    (the host keeps it; TF's host launch returns it).  Returns, per old
+    output, ``("kept", index in the new yield)``, ``("input", argument index)`` or
+    ``("held", cluster name, value)``."""
+    term = rep.body.block.last_op
+    assert isinstance(term, YieldOp)
+    if any(name in rep.attributes for name in ("tpu.input_shardings", "tpu.output_shardings")):
+        return [("kept", j) for j in range(len(term.values))]
+    fates: list[tuple] = []
+    kept: list[SSAValue] = []
+    for v in term.values:
+        if isinstance(v, BlockArgument) and v.owner is rep.body.block:
+            fates.append(("input", v.index))
+        elif v in held_outputs:
+            fates.append(("held", held_outputs[v].cluster.data, v))
+        else:
+            fates.append(("kept", len(kept)))
+            kept.append(v)
+    if len(kept) != len(term.values):
+        new = YieldOp.create(operands=kept)
+        new.location = term.location
+        rep.body.block.insert_op_before(new, term)
+        rep.body.block.erase_op(term)
+    return fates
+
+
+def _host_replicate(operands: list[SSAValue], block: Block, n: int, location, names: list[str]) -> ReplicateOp:
+    term = block.last_op
+    assert isinstance(term, YieldOp)
+    op = ReplicateOp.create(
+        operands=operands,
+        result_types=[v.type for v in term.values for _ in range(n)],
+        properties={"n": IntegerAttr(n, i64), "placement": StringAttr("host")},
+        regions=[Region(block)],
+    )
+    op.attributes[CLUSTER_ATTR] = StringAttr(",".join(names))
+    op.location = location
+    return op
+
+
+def _rebuild(rep: ReplicateOp, fates: list[tuple], inputs: list[SSAValue], held_lists: dict[str, list[SSAValue]]) -> None:
+    """Rebuild the device replicate without the inputs and outputs it does
+    not use.  The replica inputs host code uses are kept on the host by a host
+    replicate before it (``REPLICA_INPUTS_KEY``); held outputs are read back
+    by a host replicate after it.  A device program left with nothing to do
+    is not run at all (erased, when a host replicate runs the replicas)."""
+    body = rep.body.block
+    n = rep.num_replicas
+    parent = rep.parent_block()
+    assert parent is not None
+    groups = [_group(rep.replicated_inputs, i, n) for i in range(len(body.args))]
+    if inputs:
+        block = Block(arg_types=[a.type for a in inputs])
+        block.add_op(_held_send(REPLICA_INPUTS_KEY, list(block.args), rep.location))
+        block.add_op(YieldOp.create(operands=[]))
+        operands = [x for a in inputs for x in groups[a.index]]  # type: ignore[attr-defined]
+        parent.insert_op_before(_host_replicate(operands, block, n, rep.location, ["replica_inputs"]), rep)
+    keep = [i for i, a in enumerate(body.args) if a.uses]
+    changed = len(keep) != len(body.args) or any(f[0] != "kept" for f in fates)
+    if not changed:
+        return
+    for i in reversed(range(len(body.args))):
+        if i not in keep:
+            body.erase_arg(body.args[i])
+    term = body.last_op
+    assert isinstance(term, YieldOp)
+    new_rep = ReplicateOp.create(
+        operands=[x for i in keep for x in groups[i]],
+        result_types=[v.type for v in term.values for _ in range(n)],
+        properties=dict(rep.properties),
+        attributes=dict(rep.attributes),
+        regions=[rep.detach_region(0)],
+    )
+    new_rep.location = rep.location
+    parent.insert_op_before(new_rep, rep)
+    held = [(f[1], f[2]) for f in fates if f[0] == "held"]
+    order = list(dict.fromkeys(v for _, v in held))
+    after = None
+    if held:
+        block = Block()
+        outs: dict[SSAValue, SSAValue] = {}
+        names = list(dict.fromkeys(name for name, _ in held))
+        for name in names:
+            recv = _held_recv(held_key(name), held_lists[name], rep.location)
+            block.add_op(recv)
+            outs.update(zip(held_lists[name], recv.results, strict=True))
+        block.add_op(YieldOp.create(operands=[outs[v] for v in order]))
+        after = _host_replicate([], block, n, rep.location, names)
+        parent.insert_op_after(after, new_rep)
+    for j, f in enumerate(fates):
+        if f[0] == "kept":
+            new = _group(new_rep.outputs, f[1], n)
+        elif f[0] == "input":
+            new = groups[f[1]]
+        else:
+            assert after is not None
+            new = _group(after.outputs, order.index(f[2]), n)
+        for old, v in zip(_group(rep.outputs, j, n), new, strict=True):
+            old.replace_all_uses_with(v)
+    parent.erase_op(rep)
+    others = any(isinstance(o, ReplicateOp) and o is not new_rep for o in parent.ops)
+    if others and not body.args and len(body.ops) == 1 and not new_rep.outputs:
+        parent.erase_op(new_rep)

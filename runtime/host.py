@@ -6,7 +6,10 @@ runs the cluster's host function on each message and sends the results back
 on ``_retvals`` (TF's host compute loop: _XlaRecvAtHost ... _XlaSendFromHost).
 Values that one cluster's host function hands to a later cluster's travel
 host to host on ``host_compute_channel_<A>_to_<B>``, tagged with the run like
-every other message.
+every other message; values a cluster in another block (a loop body, a
+branch) or the program's outputs need are *held* instead (``tpu.held``): kept
+per replica for the rest of the run and read as often as needed
+(:meth:`RunState.hold`).
 Keeping the workers alive between runs makes a host round trip two thread
 hand-offs instead of a thread start, two hand-offs and a shutdown per run.
 
@@ -52,6 +55,7 @@ class RunState:
 
     def __init__(self, abort: AbortSignal):
         self.generation = [0]
+        self.held: dict[tuple[int, str], tuple] = {}
         self.abort = abort
         self.closed = False
         self.resumed = threading.Event()
@@ -59,9 +63,37 @@ class RunState:
         abort.add_waker(self.resumed.clear)
 
     def next_run(self) -> int:
+        self.held = {}
         self.generation[0] += 1
         self.resumed.set()
         return self.generation[0]
+
+    def hold(self, replica: int, key: str, generation: int, values: tuple) -> None:
+        """A held ``tpu.send_from_host`` (``tpu.held``): keep ``values`` as
+        the host values ``key`` of ``replica`` for the rest of run
+        ``generation`` (nothing, when that run is over)."""
+        if generation == self.generation[0]:
+            self.held[(replica, key)] = values
+
+    def held_values(self, replica: int, key: str, n: int):
+        """A held ``tpu.recv_at_host``: the values last kept under ``key`` for
+        ``replica`` in this run (the plan's convention: one bare, none as
+        None).
+
+        Raises:
+          XtpuRuntimeError: nothing was kept under ``key`` yet in this run (the
+            passes order every reader after its writer), or not ``n`` values.
+        """
+        vals = self.held.get((replica, key))
+        if vals is None:
+            raise XtpuRuntimeError(
+                f"host value '{key}' was read before it was kept in this run", replica=replica, key=key
+            )
+        if len(vals) != n:
+            raise XtpuRuntimeError(
+                f"host value '{key}' holds {len(vals)} values, expected {n}", replica=replica, key=key
+            )
+        return None if n == 0 else (vals[0] if n == 1 else vals)
 
     def close(self) -> None:
         """Tell every host worker to return (the waiting ones at once, a
@@ -203,6 +235,18 @@ class HostWorker:
             return None if n == 0 else (vals[0] if n == 1 else vals)
 
         return recv
+
+    def held_send_kernel(self, key: str):
+        """Kernel of a held ``tpu.send_from_host``: keep the values for the
+        rest of the run (:meth:`RunState.hold`)."""
+        state, r = self.state, self.replica
+        return lambda *vals: state.hold(r, key, self.generation, vals)
+
+    def held_recv_kernel(self, key: str, n: int):
+        """Kernel of a held ``tpu.recv_at_host``: the values kept under
+        ``key`` (:meth:`RunState.held_values`)."""
+        state, r = self.state, self.replica
+        return lambda: state.held_values(r, key, n)
 
     def send_kernel(self, key: str):
         """Kernel of ``tpu.send_from_host`` (to the device or to another

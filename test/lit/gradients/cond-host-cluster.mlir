@@ -25,7 +25,8 @@
 // CHECK:         hlo.multiply
 // CHECK:         hlo.add
 // CHECK:       func.func @host_0_uid() attributes {tpu.outside_compilation_cluster = "0.uid"}
-// CHECK:         tpu.recv_at_host "host_compute_channel_0.uid_args" : tensor<f32>, tensor<f32>
+// CHECK:         tpu.recv_at_host "host_compute_channel_0.uid_args" : tensor<f32>{{$}}
+// CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_replica_inputs" {tpu.held} : tensor<f32>
 // CHECK:         tpu.send_from_host "host_compute_channel_0.uid_retvals"
 builtin.module {
   func.func @main(%arg0: tensor<f32>, %arg1: tensor<f32>) -> (tensor<f32>, tensor<f32>) {

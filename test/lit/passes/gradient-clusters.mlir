@@ -18,7 +18,7 @@
 // HEADTAIL-NEXT:      hlo.exponential
 
 // CHECK-LABEL: func @second_order_gradient_clusters
-// CHECK-NOT:     tpu.outside_compilation
+// CHECK-NOT:     tpu.outside_compilation "
 // CHECK:         func.return
 // CHECK-DAG:   func.func @host_0() attributes {tpu.outside_compilation_cluster = "0"}
 // CHECK-DAG:   func.func @host_0_uid() attributes {tpu.outside_compilation_cluster = "0.uid"}
@@ -64,17 +64,23 @@ func.func @second_order_gradient_clusters(%arg0: tensor<f32>, %arg1: tensor<f32>
 // HEADTAIL:         tpu.replicate({{.*}}) {n = 1 : i64, placement = "host", tpu.outside_compilation_cluster = "0"}
 // HEADTAIL:         tpu.replicate
 // HEADTAIL:         tpu.replicate({{.*}}) {n = 1 : i64, placement = "host", tpu.outside_compilation_cluster = "0.uid"}
+// The host has the replica input (it is not sent), and the result, an
+// output only, stays on the host until a host replicate returns it.
 // CHECK-LABEL: func @first_order_gradient_cluster
-// CHECK:         tpu.send_to_host "host_compute_channel_0_args"(%input0 : tensor<f32>)
+// CHECK:         tpu.send_to_host "host_compute_channel_0_args"{{$}}
 // CHECK:         %[[F:.*]] = tpu.recv_from_host "host_compute_channel_0_retvals" : tensor<f32>
 // CHECK:         %[[CT:.*]] = hlo.multiply %[[F]], %[[F]]
 // CHECK:         tpu.send_to_host "host_compute_channel_0.uid_args"(%[[CT]] : tensor<f32>)
-// CHECK:         tpu.recv_from_host "host_compute_channel_0.uid_retvals" : tensor<f32>
+// CHECK:         tpu.recv_from_host "host_compute_channel_0.uid_retvals"{{$}}
+// CHECK:         %[[R:.*]] = tpu.replicate() {n = 1 : i64, placement = "host", tpu.outside_compilation_cluster = "0.uid"}
+// CHECK-NEXT:      tpu.recv_at_host "host_compute_channel_0.uid_held" {tpu.held} : tensor<f32>
+// CHECK:         func.return %[[R]]
 // CHECK-LABEL: func.func @host_0_uid() attributes {tpu.outside_compilation_cluster = "0.uid"}
 // CHECK-NEXT:    %[[C:.*]] = tpu.recv_at_host "host_compute_channel_0.uid_args" : tensor<f32>
 // CHECK-NEXT:    %[[E:.*]] = tpu.recv_at_host "host_compute_channel_0_to_0.uid" : tensor<f32>
 // CHECK-NEXT:    %[[G:.*]] = hlo.multiply %[[C]], %[[E]]
-// CHECK-NEXT:    tpu.send_from_host "host_compute_channel_0.uid_retvals"(%[[G]] : tensor<f32>)
+// CHECK-NEXT:    tpu.send_from_host "host_compute_channel_0.uid_held"(%[[G]] : tensor<f32>) {tpu.held}
+// CHECK-NEXT:    tpu.send_from_host "host_compute_channel_0.uid_retvals"{{$}}
 func.func @first_order_gradient_cluster(%a: tensor<f32>) -> (tensor<f32>) {
   %r = tpu.replicate([%a] as %input0: tensor<f32>) {n = 1 : i64} {
     %e = tpu.outside_compilation "0" -> (tensor<f32>) {

@@ -249,13 +249,16 @@ func.func @clusters_in_control_flow_stay(%a: tensor<f32>, %b: tensor<i1>) -> ten
 
 // -----
 
-// A head candidate whose string a staying cluster needs stays too: the
-// string would have to cross the device.
-// CHECK-LABEL: func @host_only_value_keeps_both_clusters_on_the_device
-// CHECK-NOT:     placement
-// CHECK:         tpu.outside_compilation "0"
-// CHECK:         tpu.outside_compilation "1"
-func.func @host_only_value_keeps_both_clusters_on_the_device(%a: tensor<f32>) -> tensor<f32> {
+// A head cluster whose string a staying cluster needs moves all the same:
+// the string becomes a replica input of the device replicate, which
+// tpu-outline-outside-compilation hands to host code on the host and takes
+// off the device program (TF: the head launch's result feeds the host
+// launch directly).
+// CHECK-LABEL: func @host_value_of_a_head_cluster_for_a_staying_one
+// CHECK:         %[[S:.*]] = tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64, placement = "host", tpu.outside_compilation_cluster = "0"}
+// CHECK:         tpu.replicate([%a] as %{{.*}}: tensor<f32>, [%[[S]]] as %s: tensor<!hlo.string>) {n = 1 : i64} {
+// CHECK:           tpu.outside_compilation "1"
+func.func @host_value_of_a_head_cluster_for_a_staying_one(%a: tensor<f32>) -> tensor<f32> {
   %r = tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64} {
     %s = tpu.outside_compilation "0" -> (tensor<!hlo.string>) {
       %f = hlo.string_format "{}" (%x) summarize = 3 : (tensor<f32>) -> tensor<!hlo.string>

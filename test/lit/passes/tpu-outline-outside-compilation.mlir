@@ -6,7 +6,12 @@
 // they compute) are recomputed on the host; a value one cluster hands to a
 // later one of the same block goes host to host on
 // host_compute_channel_A_to_B. Clusters in hlo.if / hlo.while regions get
-// their send/recv inside the region.
+// their send/recv inside the region. The host has the replica inputs: a host
+// replicate before the device program keeps the ones host code uses
+// (host_compute_channel_replica_inputs, tpu.held), and the device never sends
+// them. Values a cluster in a nested block or the outputs need are kept on
+// the host too (host_compute_channel_C_held). The device program loses the
+// inputs and outputs it does not compute with.
 // RUN: xtpu-opt %s --split-input-file --verify-diagnostics -p tpu-outline-outside-compilation | filecheck %s
 // Nested clusters do not verify, so the pass sees them only without the verifier.
 // RUN: xtpu-opt %s --split-input-file --verify-diagnostics --disable-verify -p tpu-outline-outside-compilation | filecheck %s --check-prefix=NESTED
@@ -24,16 +29,19 @@ func.func @no_clusters_no_host_functions(%a: tensor<f32>) {
 
 // -----
 
-// The device sends the captured values in order of first use and receives the
-// yielded ones; the host function keeps the cluster's ops in order.
+// The device sends the captured values it computes, in order of first use,
+// and receives the yielded ones; the host has the replica input %x (TF's
+// mixed_input_single_outside_compilation); the host function keeps the
+// cluster's ops in order.
 // CHECK-LABEL: func @cluster_with_inputs_and_outputs
 // CHECK:         %y = hlo.negate %x
-// CHECK-NEXT:    tpu.send_to_host "host_compute_channel_0_args"(%y, %x : tensor<f32>, tensor<f32>)
+// CHECK-NEXT:    tpu.send_to_host "host_compute_channel_0_args"(%y : tensor<f32>)
 // CHECK-NEXT:    %n = tpu.recv_from_host "host_compute_channel_0_retvals" : tensor<f32>
 // CHECK-NEXT:    %z = hlo.add %n, %y
 // CHECK-NOT:     tpu.outside_compilation
 // CHECK-LABEL: func @host_0() attributes {tpu.outside_compilation_cluster = "0"} {
-// CHECK-NEXT:    %[[Y:.*]], %[[X:.*]] = tpu.recv_at_host "host_compute_channel_0_args" : tensor<f32>, tensor<f32>
+// CHECK-NEXT:    %[[Y:.*]] = tpu.recv_at_host "host_compute_channel_0_args" : tensor<f32>
+// CHECK-NEXT:    %[[X:.*]] = tpu.recv_at_host "host_compute_channel_replica_inputs" {tpu.held} : tensor<f32>
 // CHECK-NEXT:    %[[F:.*]] = hlo.string_format "{}"(%[[Y]])
 // CHECK-NEXT:    %[[M:.*]] = hlo.string_to_number %[[F]]
 // CHECK-NEXT:    %[[S:.*]] = hlo.add %[[M]], %[[X]]
@@ -85,14 +93,15 @@ func.func @cluster_without_inputs_or_outputs_still_handshakes() {
 // still use remain. Nothing uses the (empty) results: the recv, the
 // handshake, waits at the end of the block.
 // CHECK-LABEL: func @captured_constants_are_copied_not_sent
-// CHECK:         tpu.replicate
-// CHECK-NEXT:    tpu.send_to_host "host_compute_channel_0_args"(%x : tensor<f32>)
+// CHECK:         tpu.replicate([%a] as %x
+// CHECK-NEXT:    tpu.send_to_host "host_compute_channel_0_args"{{$}}
 // CHECK-NEXT:    %c = hlo.constant dense<2.000000e+00>
 // CHECK-NEXT:    %y = hlo.multiply %x, %c
 // CHECK-NEXT:    tpu.recv_from_host "host_compute_channel_0_retvals"{{$}}
 // CHECK-NEXT:    tpu.yield %y
 // CHECK-LABEL: func @host_0()
-// CHECK-NEXT:    %[[X:.*]] = tpu.recv_at_host "host_compute_channel_0_args" : tensor<f32>
+// CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_0_args"{{$}}
+// CHECK-NEXT:    %[[X:.*]] = tpu.recv_at_host "host_compute_channel_replica_inputs" {tpu.held} : tensor<f32>
 // CHECK-NEXT:    %[[FMT:.*]] = hlo.string_constant ["x="]
 // CHECK-NEXT:    %[[C:.*]] = hlo.constant dense<2.000000e+00>
 // CHECK-NEXT:    %[[H:.*]] = hlo.constant dense<3.000000e+00>
@@ -118,13 +127,14 @@ func.func @captured_constants_are_copied_not_sent(%a: tensor<f32>) -> tensor<f32
 // Values computed only from constants and the replica id are recomputed on
 // the host too, never sent.
 // CHECK-LABEL: func @values_computed_from_constants_are_recomputed
-// CHECK:         tpu.send_to_host "host_compute_channel_0_args"(%x : tensor<2xf32>)
+// CHECK:         tpu.send_to_host "host_compute_channel_0_args"{{$}}
 // CHECK-NEXT:    %c = hlo.constant
 // CHECK-NEXT:    %y = hlo.add %x, %c
 // CHECK-NEXT:    tpu.recv_from_host "host_compute_channel_0_retvals"
 // CHECK-NOT:     hlo.iota
 // CHECK-LABEL: func @host_0()
-// CHECK-NEXT:    %[[X:.*]] = tpu.recv_at_host "host_compute_channel_0_args" : tensor<2xf32>
+// CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_0_args"{{$}}
+// CHECK-NEXT:    %[[X:.*]] = tpu.recv_at_host "host_compute_channel_replica_inputs" {tpu.held} : tensor<2xf32>
 // CHECK-NEXT:    %[[I:.*]] = hlo.iota dim = 0
 // CHECK-NEXT:    %[[C:.*]] = hlo.constant dense<2.000000e+00>
 // CHECK-NEXT:    %[[S:.*]] = hlo.multiply %[[I]], %[[C]]
@@ -148,21 +158,31 @@ func.func @values_computed_from_constants_are_recomputed(%a: tensor<2xf32>) -> t
 
 // -----
 
+// Cluster 1's result is only an output: the host keeps it and a host
+// replicate after the device program returns it; the device program then
+// needs no input and yields nothing.
 // CHECK-LABEL: func @two_clusters_in_order
-// CHECK:         tpu.send_to_host "host_compute_channel_0_args"(%x : tensor<f32>)
+// CHECK:         tpu.replicate() {n = 1 : i64} {
+// CHECK-NEXT:    tpu.send_to_host "host_compute_channel_0_args"{{$}}
 // CHECK-NEXT:    %p = tpu.recv_from_host "host_compute_channel_0_retvals" : tensor<f32>
 // CHECK-NEXT:    %q = hlo.negate %p
 // CHECK-NEXT:    tpu.send_to_host "host_compute_channel_1_args"(%q : tensor<f32>)
-// CHECK-NEXT:    %s = tpu.recv_from_host "host_compute_channel_1_retvals" : tensor<f32>
-// CHECK-NEXT:    tpu.yield %s
+// CHECK-NEXT:    tpu.recv_from_host "host_compute_channel_1_retvals"{{$}}
+// CHECK-NEXT:    tpu.yield{{$}}
+// CHECK:         %r = tpu.replicate() {n = 1 : i64, placement = "host", tpu.outside_compilation_cluster = "1"} {
+// CHECK-NEXT:      %s = tpu.recv_at_host "host_compute_channel_1_held" {tpu.held} : tensor<f32>
+// CHECK-NEXT:      tpu.yield %s
+// CHECK:         func.return %r
 // CHECK-LABEL: func @host_0() attributes {tpu.outside_compilation_cluster = "0"}
 // CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_0_args"
+// CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_replica_inputs"
 // CHECK-NEXT:    hlo.exponential
 // CHECK-NEXT:    tpu.send_from_host "host_compute_channel_0_retvals"
 // CHECK-LABEL: func @host_1() attributes {tpu.outside_compilation_cluster = "1"}
 // CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_1_args"
 // CHECK-NEXT:    hlo.tanh
-// CHECK-NEXT:    tpu.send_from_host "host_compute_channel_1_retvals"
+// CHECK-NEXT:    tpu.send_from_host "host_compute_channel_1_held"
+// CHECK-NEXT:    tpu.send_from_host "host_compute_channel_1_retvals"{{$}}
 func.func @two_clusters_in_order(%a: tensor<f32>) -> tensor<f32> {
   %r = tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64} {
     %p = tpu.outside_compilation "0" -> (tensor<f32>) {
@@ -212,11 +232,11 @@ func.func @send_early_recv_late(%a: tensor<f32>) -> tensor<f32> {
 // -----
 
 // Points follow the values, not the clusters' order: cluster 1 needs only
-// %x, so it is sent first; cluster 0's result is received before the hlo.if
+// %x, which the host has, so it is sent first; cluster 0's result is received before the hlo.if
 // whose region uses it, cluster 1's before its first user.
 // CHECK-LABEL: func @send_and_recv_points_follow_the_values
-// CHECK:         tpu.replicate
-// CHECK-NEXT:    tpu.send_to_host "host_compute_channel_1_args"(%x : tensor<f32>)
+// CHECK:         tpu.replicate([%a] as %x
+// CHECK-NEXT:    tpu.send_to_host "host_compute_channel_1_args"{{$}}
 // CHECK-NEXT:    %y = hlo.exponential %x
 // CHECK-NEXT:    tpu.send_to_host "host_compute_channel_0_args"(%y : tensor<f32>)
 // CHECK-NEXT:    %w = hlo.log %x
@@ -254,9 +274,9 @@ func.func @send_and_recv_points_follow_the_values(%a: tensor<f32>, %b: tensor<i1
 // cluster 0 has answered. Cluster 1 has none: it is sent at the start, in the
 // clusters' order, and its result goes host to host to cluster 2.
 // CHECK-LABEL: func @side_effects_keep_their_order
-// CHECK:         tpu.replicate
-// CHECK-NEXT:    tpu.send_to_host "host_compute_channel_0_args"(%x : tensor<f32>)
-// CHECK-NEXT:    tpu.send_to_host "host_compute_channel_1_args"(%x : tensor<f32>)
+// CHECK:         tpu.replicate([%a] as %x
+// CHECK-NEXT:    tpu.send_to_host "host_compute_channel_0_args"{{$}}
+// CHECK-NEXT:    tpu.send_to_host "host_compute_channel_1_args"{{$}}
 // CHECK-NEXT:    %y = hlo.negate %x
 // CHECK-NEXT:    tpu.recv_from_host "host_compute_channel_0_retvals"
 // CHECK-NEXT:    tpu.send_to_host "host_compute_channel_2_args"(%y : tensor<f32>)
@@ -288,14 +308,15 @@ func.func @side_effects_keep_their_order(%a: tensor<f32>) {
 // Results used only on the host go host to host (the string always does);
 // %k goes both to cluster 1 and, since the device adds it, to the device.
 // CHECK-LABEL: func @host_to_host_values
-// CHECK:         tpu.send_to_host "host_compute_channel_0_args"(%x : tensor<f32>)
+// CHECK:         tpu.send_to_host "host_compute_channel_0_args"{{$}}
 // CHECK-NEXT:    %y = hlo.negate %x
 // CHECK-NEXT:    tpu.send_to_host "host_compute_channel_1_args"(%y : tensor<f32>)
 // CHECK-NEXT:    %k = tpu.recv_from_host "host_compute_channel_0_retvals" : tensor<f32>{{$}}
 // CHECK-NEXT:    %q = tpu.recv_from_host "host_compute_channel_1_retvals" : tensor<f32>
 // CHECK-NEXT:    %z = hlo.add %q, %k
 // CHECK-LABEL: func @host_0()
-// CHECK-NEXT:    %[[X:.*]] = tpu.recv_at_host "host_compute_channel_0_args" : tensor<f32>
+// CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_0_args"{{$}}
+// CHECK-NEXT:    %[[X:.*]] = tpu.recv_at_host "host_compute_channel_replica_inputs" {tpu.held} : tensor<f32>
 // CHECK-NEXT:    %[[F:.*]] = hlo.string_format "x={}"(%[[X]])
 // CHECK-NEXT:    %[[M:.*]] = hlo.string_to_number %[[F]]
 // CHECK-NEXT:    tpu.send_from_host "host_compute_channel_0_to_1"(%[[F]], %[[M]] : tensor<!hlo.string>, tensor<f32>)
@@ -331,18 +352,20 @@ func.func @host_to_host_values(%a: tensor<f32>) -> tensor<f32> {
 // send/recv stay in the branch; the host function is as usual.
 // CHECK-LABEL: func @clusters_in_both_branches_of_if
 // CHECK:         %y = hlo.if %p -> (tensor<f32>) {
-// CHECK-NEXT:      tpu.send_to_host "host_compute_channel_0_args"(%x : tensor<f32>)
+// CHECK-NEXT:      tpu.send_to_host "host_compute_channel_0_args"{{$}}
 // CHECK-NEXT:      %t = tpu.recv_from_host "host_compute_channel_0_retvals" : tensor<f32>
 // CHECK-NEXT:      hlo.return %t
 // CHECK-NEXT:    } else {
-// CHECK-NEXT:      tpu.send_to_host "host_compute_channel_1_args"(%x : tensor<f32>)
+// CHECK-NEXT:      tpu.send_to_host "host_compute_channel_1_args"{{$}}
 // CHECK-NEXT:      tpu.recv_from_host "host_compute_channel_1_retvals"{{$}}
 // CHECK-NEXT:      hlo.return %x
 // CHECK-LABEL: func @host_0()
 // CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_0_args"
+// CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_replica_inputs"
 // CHECK-NEXT:    hlo.exponential
 // CHECK-LABEL: func @host_1()
 // CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_1_args"
+// CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_replica_inputs"
 // CHECK-NEXT:    hlo.print
 func.func @clusters_in_both_branches_of_if(%a: tensor<f32>, %b: tensor<i1>) -> tensor<f32> {
   %r = tpu.replicate([%a] as %x: tensor<f32>, [%b] as %p: tensor<i1>) {n = 1 : i64} {
@@ -367,17 +390,18 @@ func.func @clusters_in_both_branches_of_if(%a: tensor<f32>, %b: tensor<i1>) -> t
 // -----
 
 // A cluster in a loop body runs once per iteration; it may use values from
-// above the loop (%x), which it sends from inside the body.
+// above the loop: %x, a replica input, the host reads on every iteration.
 // CHECK-LABEL: func @cluster_in_while
 // CHECK:         } do {
 // CHECK-NEXT:    ^bb0(%i1: tensor<i32>, %v1: tensor<f32>):
-// CHECK-NEXT:      tpu.send_to_host "host_compute_channel_0_args"(%v1, %x : tensor<f32>, tensor<f32>)
+// CHECK-NEXT:      tpu.send_to_host "host_compute_channel_0_args"(%v1 : tensor<f32>)
 // CHECK-NEXT:      %one = hlo.constant dense<1>
 // CHECK-NEXT:      %i2 = hlo.add %i1, %one
 // CHECK-NEXT:      %v2 = tpu.recv_from_host "host_compute_channel_0_retvals" : tensor<f32>
 // CHECK-NEXT:      hlo.return %i2, %v2
 // CHECK-LABEL: func @host_0()
-// CHECK-NEXT:    %[[V:.*]], %[[X:.*]] = tpu.recv_at_host "host_compute_channel_0_args" : tensor<f32>, tensor<f32>
+// CHECK-NEXT:    %[[V:.*]] = tpu.recv_at_host "host_compute_channel_0_args" : tensor<f32>
+// CHECK-NEXT:    %[[X:.*]] = tpu.recv_at_host "host_compute_channel_replica_inputs" {tpu.held} : tensor<f32>
 // CHECK-NEXT:    %[[S:.*]] = hlo.add %[[V]], %[[X]]
 // CHECK-NEXT:    tpu.send_from_host "host_compute_channel_0_retvals"(%[[S]] : tensor<f32>)
 func.func @cluster_in_while(%a: tensor<f32>) -> tensor<f32> {
@@ -470,18 +494,22 @@ func.func @if_in_while_and_while_in_if(%a: tensor<f32>, %b: tensor<i1>) -> tenso
 
 // Host control flow: a cluster's hlo.if / hlo.while run in the host function.
 // CHECK-LABEL: func @host_control_flow_in_a_cluster
-// CHECK:         tpu.send_to_host "host_compute_channel_0_args"(%x : tensor<f32>)
-// CHECK-NEXT:    %y = tpu.recv_from_host "host_compute_channel_0_retvals" : tensor<f32>
-// CHECK-NEXT:    tpu.yield %y
+// CHECK:         tpu.send_to_host "host_compute_channel_0_args"{{$}}
+// CHECK-NEXT:    tpu.recv_from_host "host_compute_channel_0_retvals"{{$}}
+// CHECK-NEXT:    tpu.yield{{$}}
+// CHECK:         %r = tpu.replicate() {n = 1 : i64, placement = "host", tpu.outside_compilation_cluster = "0"}
+// CHECK-NEXT:      %y = tpu.recv_at_host "host_compute_channel_0_held" {tpu.held} : tensor<f32>
 // CHECK-LABEL: func @host_0()
-// CHECK-NEXT:    %[[X:.*]] = tpu.recv_at_host "host_compute_channel_0_args" : tensor<f32>
+// CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_0_args"{{$}}
+// CHECK-NEXT:    %[[X:.*]] = tpu.recv_at_host "host_compute_channel_replica_inputs" {tpu.held} : tensor<f32>
 // CHECK:         %[[S:.*]] = hlo.if %{{.*}} -> (tensor<!hlo.string>) {
 // CHECK-NEXT:      hlo.string_format "+{}"(%[[X]])
 // CHECK:         } else {
 // CHECK:         %[[N:.*]] = hlo.string_to_number %[[S]]
 // CHECK-NEXT:    %[[M:.*]] = hlo.while(%{{.*}} = %[[N]]) : tensor<f32> cond {
 // CHECK:           hlo.add %{{.*}}, %[[X]]
-// CHECK:         tpu.send_from_host "host_compute_channel_0_retvals"(%[[M]] : tensor<f32>)
+// CHECK:         tpu.send_from_host "host_compute_channel_0_held"(%[[M]] : tensor<f32>) {tpu.held}
+// CHECK-NEXT:    tpu.send_from_host "host_compute_channel_0_retvals"{{$}}
 func.func @host_control_flow_in_a_cluster(%a: tensor<f32>) -> tensor<f32> {
   %r = tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64} {
     %y = tpu.outside_compilation "0" -> (tensor<f32>) {
@@ -513,13 +541,21 @@ func.func @host_control_flow_in_a_cluster(%a: tensor<f32>) -> tensor<f32> {
 
 // -----
 
-// A result that the device uses anyway reaches a cluster in a loop through
-// the device: it is sent from inside the loop body.
+// A result that the device uses too reaches a cluster in a loop on the host,
+// not back from the device (TF's
+// outside_compiled_ops_with_multiple_region_single_cluster): the host keeps
+// it, the device receives it before the loop.
 // CHECK-LABEL: func @device_value_of_a_cluster_reaches_a_cluster_in_a_loop
 // CHECK:         %k = tpu.recv_from_host "host_compute_channel_0_retvals" : tensor<f32>
 // CHECK-NEXT:    hlo.while(%i = %z, %v = %k)
-// CHECK:           tpu.send_to_host "host_compute_channel_1_args"(%v1, %k : tensor<f32>, tensor<f32>)
-// CHECK-NOT:     _to_
+// CHECK:           tpu.send_to_host "host_compute_channel_1_args"(%v1 : tensor<f32>)
+// CHECK-LABEL: func @host_0()
+// CHECK:         tpu.send_from_host "host_compute_channel_0_held"(%[[E:.*]] : tensor<f32>) {tpu.held}
+// CHECK-NEXT:    tpu.send_from_host "host_compute_channel_0_retvals"(%[[E]] : tensor<f32>)
+// CHECK-LABEL: func @host_1()
+// CHECK-NEXT:    %[[V:.*]] = tpu.recv_at_host "host_compute_channel_1_args" : tensor<f32>
+// CHECK-NEXT:    %[[K:.*]] = tpu.recv_at_host "host_compute_channel_0_held" {tpu.held} : tensor<f32>
+// CHECK-NEXT:    hlo.add %[[V]], %[[K]]
 func.func @device_value_of_a_cluster_reaches_a_cluster_in_a_loop(%a: tensor<f32>) -> tensor<f32> {
   %r = tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64} {
     %k = tpu.outside_compilation "0" -> (tensor<f32>) {
@@ -589,11 +625,12 @@ func.func @host_function_names_are_unique(%a: tensor<f32>) {
 
 // A string result nothing uses is not sent: strings never reach the device.
 // CHECK-LABEL: func @unused_string_result_stays_on_host
-// CHECK:         %n = tpu.recv_from_host "host_compute_channel_0_retvals" : tensor<f32>{{$}}
-// CHECK-NEXT:    tpu.yield %n
+// CHECK:         tpu.recv_from_host "host_compute_channel_0_retvals"{{$}}
+// CHECK-NEXT:    tpu.yield{{$}}
+// CHECK-NOT:     !hlo.string
 // CHECK-LABEL: func @host_0()
 // CHECK:         %[[N:.*]] = hlo.string_to_number
-// CHECK-NEXT:    tpu.send_from_host "host_compute_channel_0_retvals"(%[[N]] : tensor<f32>)
+// CHECK-NEXT:    tpu.send_from_host "host_compute_channel_0_held"(%[[N]] : tensor<f32>) {tpu.held}
 func.func @unused_string_result_stays_on_host(%a: tensor<f32>) -> tensor<f32> {
   %r = tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64} {
     %f, %n = tpu.outside_compilation "0" -> (tensor<!hlo.string>, tensor<f32>) {
@@ -667,8 +704,20 @@ func.func @cluster_outside_replicate_is_an_error(%x: tensor<f32>) {
 
 // -----
 
-// CHECK: 'tpu.outside_compilation' op cluster '1' (at train.py:6) uses result 0 of cluster '0' (at train.py:3), a string, which never travels through the device, but cluster '0' does not run exactly once before each run of cluster '1' ('0' is in the tpu.replicate body, '1' in a region of 'hlo.while' (at train.py:5)); a value that goes host to host needs both clusters in the same block
-func.func @host_only_value_into_a_loop_is_an_error(%a: tensor<f32>) {
+// A string of a cluster that a cluster in a loop body prints: the host keeps
+// it for every iteration; the device receives cluster 0's (empty) answer
+// before the loop.
+// CHECK-LABEL: func @host_only_value_into_a_loop
+// CHECK:         tpu.send_to_host "host_compute_channel_0_args"{{$}}
+// CHECK:         tpu.recv_from_host "host_compute_channel_0_retvals"{{$}}
+// CHECK-NEXT:    hlo.while
+// CHECK-LABEL: func @host_0()
+// CHECK:         tpu.send_from_host "host_compute_channel_0_held"(%{{.*}} : tensor<!hlo.string>) {tpu.held}
+// CHECK-LABEL: func @host_1()
+// CHECK-NEXT:    tpu.recv_at_host "host_compute_channel_1_args"{{$}}
+// CHECK-NEXT:    %[[S:.*]] = tpu.recv_at_host "host_compute_channel_0_held" {tpu.held} : tensor<!hlo.string>
+// CHECK-NEXT:    hlo.print(%[[S]])
+func.func @host_only_value_into_a_loop(%a: tensor<f32>) {
   tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64} {
     %s = tpu.outside_compilation "0" -> (tensor<!hlo.string>) {
       %f = hlo.string_format "x={}" (%x) summarize = 3 : (tensor<f32>) -> tensor<!hlo.string>
