@@ -714,7 +714,7 @@ def _mpi_program(exe: Executable) -> Communicator:
     comm = HybridCommunicator(exe.world, exe.num_replicas * exe.num_cores, exe.abort, exe.timeout,
                               cores_per_replica=exe.num_cores)
     groups, pairs = [], []
-    for op in exe.replicate.body.walk():
+    for op in exe.replicate.body.walk() if exe.replicate is not None else ():  # none: nothing for the device
         if isinstance(op, ccl.CollectivePermuteOp):
             pairs.append([list(q) for q in op.params()["source_target_pairs"]])
         elif isinstance(op, (ccl.AllReduceOp, ccl.AllGatherOp, ccl.ReduceScatterOp, ccl.AllToAllOp)):
