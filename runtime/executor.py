@@ -520,7 +520,8 @@ class Executable:
                     # the next run must not keep it (its traceback holds
                     # this executable).
                     self.abort.drop_exception()
-        return [_detached(o, conv) for o in outs]
+        roots = _input_roots(conv)
+        return [_detached(o, conv, roots) for o in outs]
 
     def close(self) -> None:
         """End the host workers (also done when the executable is collected);
@@ -688,16 +689,39 @@ def _blas_limit() -> _BlasLimit:
     return _BLAS_LIMIT
 
 
-def _detached(x: Any, inputs: list[np.ndarray]) -> np.ndarray:
+def _root(a: np.ndarray) -> Any:
+    """The object that owns ``a``'s memory: the end of its ``base`` chain."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a
+
+
+def _input_roots(inputs: list[np.ndarray]) -> set[int] | None:
+    """Ids of the arrays owning the inputs' memory, or None when an input
+    views a foreign buffer (then :func:`_detached` compares with each input)."""
+    roots = [_root(i) for i in inputs if i.ndim]
+    if not all(isinstance(r, np.ndarray) for r in roots):
+        return None
+    return {id(r) for r in roots}
+
+
+def _detached(x: Any, inputs: list[np.ndarray], roots: set[int] | None = None) -> np.ndarray:
     """``x`` as an array that does not alias any input (copied only then).
 
     Results of collectives are shared, read-only arrays; like TF's tensors
-    they are values, not buffers to write into.
+    they are values, not buffers to write into.  With ``roots``
+    (:func:`_input_roots`) a view is checked in O(1): it aliases an input
+    only if its memory has the same owner (many outputs that are slices of
+    one buffer, as after ``ccl-combine-all-reduce``, against many inputs
+    were quadratic).
     """
     if x is None:  # another rank's replica (MPI backend, outputs="local")
         return None
     a = np.asarray(x)
     if a.ndim and a.base is not None:
+        root = _root(a)
+        if roots is not None and isinstance(root, np.ndarray):
+            return a.copy() if id(root) in roots else a
         for i in inputs:
             if i.ndim and np.may_share_memory(a, i):
                 return a.copy()

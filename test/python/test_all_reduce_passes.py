@@ -191,3 +191,25 @@ def test_all_reduces_in_a_loop_body_are_combined():
     for r in range(n):
         np.testing.assert_array_equal(out[r][0], a[r])
         np.testing.assert_array_equal(out[r][1], b[r])
+
+
+def test_outputs_that_are_views_never_alias_the_inputs():
+    """The slices the combiner leaves as outputs are views of one shared
+    buffer; the runtime checks them against the inputs by memory owner
+    (O(1) each) and still copies any view of an input, also of an input in
+    a foreign buffer."""
+    base = np.arange(24, dtype=np.float32)
+    x = base[4:16].reshape(3, 4)
+    foreign = np.frombuffer(bytearray(base.tobytes()), np.float32)[:12].reshape(3, 4)
+
+    def f(a, b):
+        return a[0:2], xtpu.reshape(b, (12,))[3:8], xtpu.cross_replica_sum(a)[1:], xtpu.cross_replica_sum(b)[:1]
+
+    out = xtpu.replicate(f, [[x, foreign], [x, foreign]])
+    for o in out:
+        np.testing.assert_array_equal(o[0], x[0:2])
+        np.testing.assert_array_equal(o[1], foreign.reshape(12)[3:8])
+        np.testing.assert_array_equal(o[2], 2 * x[1:])
+        np.testing.assert_array_equal(o[3], 2 * foreign[:1])
+        for v in o:
+            assert not np.shares_memory(v, base) and not np.shares_memory(v, foreign)
