@@ -440,6 +440,10 @@ class Executable:
     def _run_replicas(self, *flat: Any) -> tuple:
         n = self.num_replicas
         k = len(flat) // n if n else 0
+        if not self.device_plan.ops and not self.host_workers:
+            # Nothing for the device to compute: no device worker starts.
+            local = [self.device_plan.run([flat[i * n + r] for i in range(k)], ()) for r in self.local_replicas]
+            return _by_output(self._all_replicas(local), n)
         tasks: list[tuple[str, Callable[[], Any]]] = []
         for r in self.local_replicas:
             args = [flat[i * n + r] for i in range(k)]

@@ -412,3 +412,40 @@ def _string_inputs(f):
 )
 def test_transfers_with_string_inputs_are_tfs(f, want):
     assert transfers(lowered(f, _string_inputs(f)).module) == want
+
+
+@pytest.mark.parametrize("n", REPLICAS)
+def test_an_empty_device_program_starts_no_worker(n, monkeypatch):
+    """``lambda x: (x, x)``: the outputs are the input; the device program
+    (the only replicate, kept for its replica count) has nothing to compute
+    and no device worker starts."""
+    import xtpu.runtime.executor as executor
+
+    c = lowered(lambda x: (x, x), floats(n))
+    (rep,) = device_replicates(c.module)
+    assert not rep.body.block.args and not rep.outputs
+    started = []
+    real = executor.run_workers
+    monkeypatch.setattr(executor, "run_workers", lambda tasks, *a, **k: started.append(len(tasks)) or real(tasks, *a, **k))
+    got = c(floats(n))
+    assert started == []
+    assert [[float(v) for v in out] for out in got] == [[float(x), float(x)] for (x,) in floats(n)]
+
+
+def test_a_held_value_read_before_it_was_kept_is_an_error():
+    """The runtime's check behind the passes' ordering (RunState.held_values)."""
+    from xtpu.runtime.errors import XtpuRuntimeError
+    from xtpu.runtime.host import RunState
+    from xtpu.runtime.workers import AbortSignal
+
+    state = RunState(AbortSignal())
+    state.next_run()
+    with pytest.raises(XtpuRuntimeError, match="host value 'k' was read before it was kept in this run"):
+        state.held_values(0, "k", 1)
+    state.hold(0, "k", state.generation[0], (np.float32(2.0),))
+    assert state.held_values(0, "k", 1) == 2.0
+    state.hold(0, "k", state.generation[0] - 1, (np.float32(3.0),))  # a finished run's worker: ignored
+    assert state.held_values(0, "k", 1) == 2.0
+    state.next_run()  # a new run starts with nothing kept
+    with pytest.raises(XtpuRuntimeError):
+        state.held_values(0, "k", 1)
