@@ -4,6 +4,9 @@
    replicas (``cross_replica_sum`` per gradient, as ``CrossShardOptimizer``
    does, then an SGD update) compiled without and with the pass; target:
    the combined step is faster.  Also the step's number of collectives.
+   Then 8 or 16 all-reduces of 4 KB .. 4 MB each, combined without a
+   size limit: where combining stops paying (the pass's default
+   ``threshold-bytes``).
 2. ccl-decompose-all-reduce: one all-reduce of 1 KB .. 16 MB float32
    without and with the decomposition into reduce-scatter + all-gather.
 
@@ -70,6 +73,18 @@ def bench_combine(replicas: int, k: int, repeats: int, inner: int) -> None:
           f"{n_after} all-reduce {t_after * 1e3:8.3f} ms  ({t_before / t_after:4.2f}x faster)")
 
 
+def bench_combine_size(replicas: int, k: int, nbytes: int, repeats: int, inner: int) -> None:
+    n = nbytes // 4
+    inputs = [[np.full((n,), r + 1.0 + i, np.float32) for i in range(k)] for r in range(replicas)]
+    lowered = xtpu.lower(lambda *xs: [xtpu.cross_replica_sum(x) for x in xs], inputs)
+    before = lowered.compile(BASE)
+    after = lowered.compile(BASE + ",ccl-combine-all-reduce{threshold-bytes=1000000000000}")
+    t_before = median_time(lambda: before(inputs), repeats, inner)
+    t_after = median_time(lambda: after(inputs), repeats, inner)
+    print(f"combine  R={replicas} {k} x {nbytes:>8} B ({k * nbytes >> 10:>6} KiB in all): {t_before * 1e3:8.3f} ms  ->  "
+          f"{t_after * 1e3:8.3f} ms  ({t_before / t_after:4.2f}x)")
+
+
 def bench_decompose(replicas: int, nbytes: int, repeats: int, inner: int) -> None:
     n = nbytes // 4
     xs = [[np.full((n,), r + 1, np.float32)] for r in range(replicas)]
@@ -91,6 +106,9 @@ def main() -> None:
     inner = 3 if args.quick else 10
     for r in (2, 8):
         bench_combine(r, 50, args.repeats, inner)
+    for r in (2, 8):
+        for k, size in ((16, 1 << 12), (16, 1 << 16), (8, 1 << 18), (4, 1 << 22)):
+            bench_combine_size(r, k, size, args.repeats, max(1, inner // (1 + k * size // (1 << 20))))
     sizes = [1 << 10, 1 << 16, 1 << 20] + ([] if args.quick else [1 << 24])
     for r in (2, 8):
         for size in sizes:

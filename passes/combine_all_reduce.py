@@ -28,8 +28,11 @@ from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.dialects.tpu import ReplicateOp
 from xtpu.passes._common import enclosing
 
-DEFAULT_THRESHOLD_BYTES = 32 * 1024 * 1024
-"""The combined buffer's largest size (XLA's GPU default is 30 MiB)."""
+DEFAULT_THRESHOLD_BYTES = 1024 * 1024
+"""The combined buffer's largest size.  XLA's GPU default is 30 MiB; on
+xtpu's threads backend combining pays up to about 1 MiB in all and costs
+beyond (the concatenation and slices copy buffers that a rendezvous does not):
+``benchmarks/all_reduce_passes.py``."""
 
 
 def all_reduce_spec(op: AllReduceOp) -> TensorSpec | None:
