@@ -12,8 +12,10 @@ Two implementations:
 
 - :class:`ThreadCommunicator`: participants are threads of this process (the
   embedded default).
-- :class:`MPICommunicator`: one participant per MPI rank through mpi4py
-  (``mpiexec -n R python ...``).
+- :class:`~xtpu.runtime.mpi_communicator.HybridCommunicator`: participants
+  spread over MPI ranks (threads within a rank), the MPI backend's
+  (runtime/mpi.py); ``MPICommunicator`` is its one-participant-per-rank form
+  (``mpiexec -n R python ...``), importable from here.
 
 Contract common to both:
 
@@ -35,7 +37,6 @@ Contract common to both:
 from __future__ import annotations
 
 import threading
-import time
 from abc import ABC, abstractmethod
 from time import monotonic
 from typing import Sequence
@@ -666,190 +667,13 @@ class ThreadCommunicator(Communicator):
 
 
 # ---------------------------------------------------------------------------
-# MPI implementation.
+# MPI implementation: runtime/mpi_communicator.py (imported lazily: mpi4py is
+# optional).
 
 
-def _contiguous(a: np.ndarray) -> np.ndarray:
-    # np.ascontiguousarray would turn a 0-d array into shape [1].
-    return a if a.flags.c_contiguous else a.copy(order="C")
+def __getattr__(name: str):
+    if name == "MPICommunicator":
+        from .mpi_communicator import MPICommunicator
 
-
-def _import_mpi():
-    try:
-        from mpi4py import MPI
-    except ImportError as exc:  # pragma: no cover - depends on the machine
-        raise ImportError(
-            "MPICommunicator needs mpi4py and an MPI library: `pip install mpi4py` "
-            "(or `pip install xtpu[mpi]`), then run with `mpiexec -n R python ...`"
-        ) from exc
-    return MPI
-
-
-class MPICommunicator(Communicator):
-    """Collectives among MPI ranks (mpi4py), one participant per rank.
-
-    Args:
-        comm: an ``mpi4py.MPI.Comm`` (default ``COMM_WORLD``); it is
-            duplicated so that xtpu's messages never mix with the user's.
-            Participant id = rank in ``comm``.
-        abort_signal: optional :class:`~xtpu.runtime.workers.AbortSignal`
-            polled while waiting.
-        timeout: seconds to wait for a collective (None: ``$XTPU_TIMEOUT`` or
-            60.0).
-        deterministic: if True (default), ``all_reduce``/``reduce_scatter``
-            gather the operands and reduce them locally in group order, giving
-            the same bits as :class:`ThreadCommunicator`; if False they use
-            ``MPI_Allreduce`` (less traffic, implementation-defined order).
-
-    Requests are non-blocking and polled, so waits honour the timeout and the
-    abort signal; but MPI cannot cancel a started collective nor tell which
-    rank is missing, so after a ``RuntimeTimeoutError`` or ``Aborted`` the job
-    should end (``comm.Abort()``). Shapes are not cross-checked between ranks
-    (a mismatch is an MPI error or garbage). ``comm.Split`` (one per distinct
-    ``replica_groups``, cached) is a blocking collective over all ranks.
-
-    Raises:
-        ImportError: mpi4py is not installed (says ``pip install mpi4py``).
-    """
-
-    def __init__(self, comm=None, abort_signal: AbortSignal | None = None,
-                 timeout: float | None = None, deterministic: bool = True) -> None:
-        MPI = _import_mpi()
-        self._MPI = MPI
-        self.comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
-        self.rank = self.comm.Get_rank()
-        self.num_participants = self.comm.Get_size()
-        self.abort_signal = abort_signal if abort_signal is not None else AbortSignal()
-        self.timeout = resolve_timeout(timeout)
-        self.deterministic = deterministic
-        self._subcomms: dict = {}
-
-    # -- helpers ----------------------------------------------------------------
-
-    def _check_replica(self, replica):
-        if replica != self.rank:
-            raise ValueError(
-                f"MPICommunicator on rank {self.rank} called for participant {replica}: "
-                "each rank is exactly one participant"
-            )
-
-    def _group(self, replica, replica_groups):
-        """(sub-communicator, group, position of this rank)."""
-        self._check_replica(replica)
-        key = () if replica_groups is None else tuple(map(tuple, replica_groups))
-        entry = self._subcomms.get(key)
-        if entry is None:
-            groups = normalize_replica_groups(replica_groups, self.num_participants)
-            for color, g in enumerate(groups):
-                if self.rank in g:
-                    pos = g.index(self.rank)
-                    sub = self.comm.Split(color, pos)
-                    entry = self._subcomms[key] = (sub, g, pos)
-                    break
-        return entry
-
-    def _wait(self, requests, op, group):
-        MPI = self._MPI
-        signal = self.abort_signal
-        will_block()
-        deadline = monotonic() + self.timeout
-        delay = 0.0
-        while not MPI.Request.Testall(requests):
-            if signal._set:
-                raise Aborted(signal.exception)
-            if monotonic() > deadline:
-                raise RuntimeTimeoutError(
-                    f"timed out after {self.timeout} s in {op}: not every rank of group "
-                    f"{_fmt_group(group)} arrived (MPI cannot tell which)",
-                    replica=self.rank, op=op,
-                )
-            time.sleep(delay)
-            delay = min(delay * 2 + 1e-6, 1e-3)
-
-    def _gather(self, sub, group, value, op):
-        value = _contiguous(value)
-        out = np.empty((len(group),) + value.shape, value.dtype)
-        self._wait([sub.Iallgather(value, out)], op, group)
-        return out
-
-    # -- collectives ---------------------------------------------------------------
-
-    def all_reduce(self, replica, value, replica_groups, reduction="add", channel_id=None):
-        op = "ccl.all_reduce"
-        value = np.asarray(value)
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"{op}: unknown reduction {reduction!r}; expected one of {sorted(REDUCTIONS)}")
-        sub, group, _ = self._group(replica, replica_groups)
-        if len(group) == 1:
-            return _readonly(value.copy())
-        if self.deterministic:
-            gathered = self._gather(sub, group, value, op)
-            order = sorted(range(len(group)), key=group.__getitem__)
-            return _readonly(reduce_in_order([gathered[i] for i in order], reduction))
-        MPI = self._MPI
-        mpi_op = {"add": MPI.SUM, "mul": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[reduction]
-        send = _contiguous(value)
-        out = np.empty_like(send)
-        self._wait([sub.Iallreduce(send, out, op=mpi_op)], op, group)
-        return _readonly(out)
-
-    def all_gather(self, replica, value, replica_groups, dim, channel_id=None):
-        op = "ccl.all_gather"
-        value = np.asarray(value)
-        dim = _check_dim(op, "dim", dim, value, None)
-        sub, group, _ = self._group(replica, replica_groups)
-        if len(group) == 1:
-            return _readonly(value.copy())
-        gathered = self._gather(sub, group, value, op)
-        return _readonly(np.concatenate(list(gathered), axis=dim))
-
-    def reduce_scatter(self, replica, value, replica_groups, dim, reduction="add",
-                       channel_id=None):
-        op = "ccl.reduce_scatter"
-        value = np.asarray(value)
-        sub, group, pos = self._group(replica, replica_groups)
-        n = len(group)
-        dim = _check_dim(op, "dim", dim, value, n)
-        total = self.all_reduce(replica, value, replica_groups, reduction, channel_id)
-        return _readonly(np.split(total, n, axis=dim)[pos].copy())
-
-    def all_to_all(self, replica, value, replica_groups, split_dimension,
-                   concat_dimension, channel_id=None):
-        op = "ccl.all_to_all"
-        value = np.asarray(value)
-        sub, group, _ = self._group(replica, replica_groups)
-        n = len(group)
-        split_dimension = _check_dim(op, "split_dimension", split_dimension, value, n)
-        concat_dimension = _check_dim(op, "concat_dimension", concat_dimension, value, None)
-        if n == 1:
-            return _readonly(value.copy())
-        send = np.stack(np.split(value, n, axis=split_dimension))  # [n, *part]
-        recv = np.empty_like(send)
-        self._wait([sub.Ialltoall(send, recv)], op, group)
-        return _readonly(np.concatenate(list(recv), axis=concat_dimension))
-
-    def collective_permute(self, replica, value, source_target_pairs, channel_id=None):
-        op = "ccl.collective_permute"
-        self._check_replica(replica)
-        value = np.asarray(value)
-        pairs = normalize_source_target_pairs(source_target_pairs, self.num_participants)
-        target = next((t for s, t in pairs if s == self.rank), None)
-        source = next((s for s, t in pairs if t == self.rank), None)
-        if source == self.rank and target == self.rank:
-            return _readonly(value.copy())
-        tag = 7 if channel_id is None else 7 + int(channel_id) % 30000
-        requests = []
-        send = _contiguous(value)
-        if target is not None:
-            requests.append(self.comm.Isend(send, dest=target, tag=tag))
-        out = np.zeros_like(send)
-        if source is not None:
-            requests.append(self.comm.Irecv(out, source=source, tag=tag))
-        if requests:
-            group = sorted({x for p in pairs for x in p})
-            self._wait(requests, op, group)
-        return _readonly(out)
-
-    def barrier(self, replica):
-        self._check_replica(replica)
-        self._wait([self.comm.Ibarrier()], "barrier", list(range(self.num_participants)))
+        return MPICommunicator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -127,17 +127,20 @@ class Executable:
         self.channels = ChannelTable(self.abort, self.timeout)
         # MPI backend (runtime/mpi.py): this rank runs only its replicas.
         self.world = _mpi.world() if communicator is None else None
+        given = None if communicator is None else communicator(self.abort, self.timeout)
+        if given is not None and getattr(given, "world", None) is not None:
+            self.world = given.world  # an MPICommunicator: this rank runs its replicas only
         self.local_replicas = (
             range(self.num_replicas) if self.world is None else self.world.local_replicas(self.num_replicas)
         )
         if self.world is not None:
-            self.comm = _mpi_program(self)
+            self.comm = _mpi_program(self, given)
         elif communicator is None:
             self.comm = ThreadCommunicator(
                 self.num_replicas * self.num_cores, self.abort, self.timeout, cores_per_replica=self.num_cores
             )
         else:
-            self.comm = communicator(self.abort, self.timeout)
+            self.comm = given
         self._lock = threading.Lock()
         self.state = RunState(self.abort)
 
@@ -732,15 +735,23 @@ def _detached(x: Any, inputs: list[np.ndarray], roots: set[int] | None = None) -
     return a
 
 
-def _mpi_program(exe: Executable) -> Communicator:
-    """The MPI backend's communicator for ``exe``, after checking that every
-    rank compiled the same program; creates the sub-communicators of the
-    program's groups in program order (collective, on every rank)."""
+def _mpi_program(exe: Executable, comm: Any = None) -> Communicator:
+    """The MPI backend's communicator for ``exe`` (``comm``, an
+    MPICommunicator, when given), after checking that every rank compiled
+    the same program; creates the sub-communicators of the program's groups
+    in program order (collective, on every rank)."""
     from xtpu.runtime.mpi_communicator import HybridCommunicator
 
+    n, C = exe.num_replicas * exe.num_cores, exe.num_cores
+    if comm is not None and (comm.num_participants, comm.cores_per_replica) != (n, C):
+        raise ValueError(
+            f"the communicator has {comm.num_participants} participants ({comm.cores_per_replica} per replica) "
+            f"but the program has {exe.num_replicas} replicas x {C} logical cores: pass num_participants={n}"
+            + (f", cores_per_replica={C}" if C > 1 else "")
+        )
     exe.world.check_same_program(str(exe.module), exe.timeout)
-    comm = HybridCommunicator(exe.world, exe.num_replicas * exe.num_cores, exe.abort, exe.timeout,
-                              cores_per_replica=exe.num_cores)
+    if comm is None:
+        comm = HybridCommunicator(exe.world, n, exe.abort, exe.timeout, cores_per_replica=C)
     groups, pairs = [], []
     for op in exe.replicate.body.walk() if exe.replicate is not None else ():  # none: nothing for the device
         if isinstance(op, ccl.CollectivePermuteOp):

@@ -26,7 +26,6 @@ import numpy as np
 
 from .communicator import (
     ThreadCommunicator,
-    _contiguous,
     _fmt_group,
     normalize_replica_groups,
     normalize_source_target_pairs,
@@ -35,9 +34,14 @@ from .errors import XtpuRuntimeError
 from .mpi import World
 from .workers import AbortSignal
 
-__all__ = ["HybridCommunicator"]
+__all__ = ["HybridCommunicator", "MPICommunicator"]
 
 _TAG_DATA = 10
+
+
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    # np.ascontiguousarray would turn a 0-d array into shape [1].
+    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 def _comm_key(key) -> tuple:
@@ -97,6 +101,7 @@ class HybridCommunicator(ThreadCommunicator):
         R = self.num_participants // C
         self.owner = [world.owner(p // C, R) for p in range(self.num_participants)]
         self._spans: dict = {}
+        self._lazy = False
 
     # -- groups -------------------------------------------------------------------
 
@@ -131,6 +136,11 @@ class HybridCommunicator(ThreadCommunicator):
         if len(ranks) == 1 or me not in ranks:
             return super()._rv(key, group)
         comm = self.world._groups.get(_comm_key(key))
+        if comm is None and self._lazy and len(ranks) == self.world.size:
+            # Safe when every rank calls the same collectives in the same
+            # order from one thread (MPICommunicator's use).
+            self.world.ensure_comms([_comm_key(key)], self.timeout, self.abort_signal)
+            comm = self.world._groups[_comm_key(key)]
         if comm is None:
             raise XtpuRuntimeError(
                 f"the group {_fmt_group(group)} spans ranks {ranks} but was not prepared: "
@@ -201,9 +211,42 @@ class HybridCommunicator(ThreadCommunicator):
             e.add_context(op=op)
             raise
         full: list = [None] * len(span.group)
-        for i, v in zip(span.mine, mine):
-            full[i] = v
+        for j, i in enumerate(span.mine):
+            full[i] = mine[j, ...]  # an array, also when 0-d (mine[j] would be a numpy scalar)
         for positions, buf in received:
-            for i, v in zip(positions, buf):
-                full[i] = v
+            for j, i in enumerate(positions):
+                full[i] = buf[j, ...]
         return full
+
+
+class MPICommunicator(HybridCommunicator):
+    """Collectives among MPI ranks, one participant per rank by default.
+
+    Args:
+        comm: an ``mpi4py`` communicator (default ``COMM_WORLD``; it is
+            duplicated, so xtpu's messages never mix with the user's); participant ``p`` of
+            ``num_participants`` (default: the number of ranks) runs on rank
+            ``p * P // num_participants``.
+        abort_signal: the run's abort signal (a fresh one by default).
+        timeout: seconds a collective waits (None: ``$XTPU_TIMEOUT`` or 60).
+        num_participants, cores_per_replica: as for :class:`HybridCommunicator`.
+
+    Groups over every rank work at once; call :meth:`prepare` (on every
+    rank, same lists) before using groups of fewer ranks. Pass it to an
+    executable as ``Executable(module, communicator=lambda abort, timeout:
+    MPICommunicator(abort_signal=abort, timeout=timeout, num_participants=R))``
+    under ``mpiexec``: each rank then runs only its replicas, as with
+    ``xtpu.distributed.initialize()``.
+
+    Raises:
+        ImportError: mpi4py or an MPI library is missing.
+    """
+
+    def __init__(self, comm=None, abort_signal: AbortSignal | None = None, timeout: float | None = None, *,
+                 num_participants: int | None = None, cores_per_replica: int = 1) -> None:
+        world = World(comm)  # its own communicators and error channel
+        super().__init__(world, world.size if num_participants is None else num_participants,
+                         abort_signal if abort_signal is not None else AbortSignal(), timeout,
+                         cores_per_replica=cores_per_replica)
+        self.rank = world.rank
+        self._lazy = True

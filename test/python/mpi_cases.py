@@ -46,6 +46,7 @@ def eight_replicas_collectives(x):
     if hasattr(xtpu, "all_to_all"):
         out.append(xtpu.all_to_all(x, concat_dimension=0, split_dimension=0, split_count=8))
         out.append(xtpu.collective_permute(x, [[r, (r + 3) % 8] for r in range(8)]))
+        out.append(xtpu.collective_permute(x[0, 0], [[r, (r + 5) % 8] for r in range(0, 8, 2)]))  # 0-d, some get 0
     return tuple(out)
 
 

@@ -187,3 +187,10 @@ def test_train_digits_on_ranks_gives_the_threads_weights(n, tmp_path, digits_thr
         assert sorted(w.files) == sorted(digits_threads)
         for k in w.files:
             assert w[k].tobytes() == digits_threads[k].tobytes(), k
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_mpi_communicator_directly_and_as_an_executables_communicator(n):
+    proc, _ = mpiexec(n, ["mpi_communicator_case.py"], XTPU_BACKEND="threads", XTPU_TIMEOUT="20")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(proc.stdout.split()).count("ok") == n
