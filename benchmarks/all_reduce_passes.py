@@ -11,9 +11,9 @@
    without and with the decomposition into reduce-scatter + all-gather.
 
 Each figure is the median of several timed loops (wall clock,
-``time.perf_counter``) on the threads backend, with the pipeline
-``--backend`` names when the MPI backend exists.  Both passes are
-backend-agnostic: they only rewrite the IR.
+``time.perf_counter``) on the threads backend, or with ``--backend mpi``
+under ``mpiexec -n P`` (``xtpu.distributed``; rank 0 prints).  Both passes
+are backend-agnostic: they only rewrite the IR.
 """
 
 from __future__ import annotations
@@ -102,7 +102,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="fewer sizes and loops")
+    ap.add_argument("--backend", choices=("threads", "mpi"), default="threads",
+                    help="mpi: run under mpiexec -n P, replicas spread over the ranks")
     args = ap.parse_args()
+    if args.backend == "mpi":
+        import builtins
+
+        import xtpu.distributed
+
+        xtpu.distributed.initialize()
+        if xtpu.distributed.process_index() != 0:
+            globals()["print"] = lambda *a, **k: None
+        else:
+            globals()["print"] = builtins.print
     inner = 3 if args.quick else 10
     for r in (2, 8):
         bench_combine(r, 50, args.repeats, inner)
