@@ -327,22 +327,22 @@ class World:
 
 
 class _Pause:
-    """Between two polls of a wait: yield the processor for the first
-    ``SPINS`` polls (a message between ranks of one machine takes
-    microseconds), then sleep, doubling up to 1 ms, so that waiting ranks,
-    even more of them than cores, do not spin."""
+    """Between two polls of a wait: yield the processor (``sched_yield``)
+    for the first ``SPIN`` seconds (a message between ranks of one machine
+    takes microseconds, and a sleep, however short, often ends a scheduler
+    tick later), then sleep, doubling from 50 us up to 1 ms, so that ranks
+    waiting long, even more of them than cores, do not spin."""
 
-    SPINS = 200
+    SPIN = 2e-3
 
-    __slots__ = ("n", "delay")
+    __slots__ = ("until", "delay")
 
     def __init__(self) -> None:
-        self.n = 0
-        self.delay = 20e-6
+        self.until = monotonic() + self.SPIN
+        self.delay = 50e-6
 
     def __call__(self) -> None:
-        self.n += 1
-        if self.n <= self.SPINS:
+        if monotonic() < self.until:
             os.sched_yield()
             return
         time.sleep(self.delay)
