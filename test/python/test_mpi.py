@@ -163,10 +163,13 @@ def digits_threads(tmp_path_factory):
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     import train_digits
 
-    path = tmp_path_factory.mktemp("digits") / "threads.npz"
-    assert train_digits.main(DIGITS + ["--save-weights", str(path)]) == 0
+    d = tmp_path_factory.mktemp("digits")
+    path = d / "threads.npz"
+    assert train_digits.main(DIGITS + ["--save-weights", str(path), "--logdir", str(d / "logs")]) == 0
+    from test_summary import scalars
+
     with np.load(path) as w:
-        return {k: w[k] for k in w.files}
+        return {k: w[k] for k in w.files}, scalars(str(d / "logs"))
 
 
 DIGITS = ["--steps", "16", "--steps-per-run", "4", "--log-every", "8", "--min-accuracy", "0.5"]
@@ -176,17 +179,23 @@ DIGITS = ["--steps", "16", "--steps-per-run", "4", "--log-every", "8", "--min-ac
 def test_train_digits_on_ranks_gives_the_threads_weights(n, tmp_path, digits_threads):
     out = tmp_path / "w.npz"
     proc, _ = mpiexec(n, [os.path.join(ROOT, "examples", "train_digits.py"), *DIGITS, "--backend", "mpi",
-                          "--save-weights", str(out)], XTPU_BACKEND="threads")
+                          "--save-weights", str(out), "--logdir", str(tmp_path / "logs")], XTPU_BACKEND="threads")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("held-out accuracy") == 1  # rank 0 reports
     assert f"on {n} processes" in proc.stdout
     # Each replica's host prints its log line (8 replicas, steps 0, 8, 15).
     for r in range(8):
         assert proc.stdout.count(f"[replica {r}] step 8: local loss") == 1
+    weights, logged = digits_threads
     with np.load(out) as w:
-        assert sorted(w.files) == sorted(digits_threads)
+        assert sorted(w.files) == sorted(weights)
         for k in w.files:
-            assert w[k].tobytes() == digits_threads[k].tobytes(), k
+            assert w[k].tobytes() == weights[k].tobytes(), k
+    # Summaries are written once per step, by replica 0's host (rank 0), as on threads.
+    from test_summary import scalars
+
+    assert [step for _, _, step in logged] == [0, 8, 15]
+    assert scalars(str(tmp_path / "logs")) == logged
 
 
 @pytest.mark.parametrize("n", [2, 4])
