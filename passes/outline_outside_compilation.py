@@ -11,7 +11,10 @@ outputs with ``XlaRecvFromHost``; the host side receives them with
 ``_XlaRecvAtHost``, runs the cluster and answers with ``_XlaSendFromHost``.
 The channel keys are TF's: ``host_compute_channel_<cluster>_args`` and
 ``host_compute_channel_<cluster>_retvals``; values that go from one cluster's
-host function to a later one's use ``host_compute_channel_<A>_to_<B>``.
+host function to a later one's use ``host_compute_channel_<A>_to_<B>``;
+values the host keeps for the run (``tpu.held``: for clusters in nested
+blocks, the outputs, the replica inputs host code uses) use
+``host_compute_channel_<A>_held`` and ``host_compute_channel_replica_inputs``.
 """
 
 from __future__ import annotations
@@ -110,12 +113,6 @@ def _origin(value: SSAValue) -> str:
     return f"as a block argument of '{parent.name}'" if parent is not None else "as a block argument"
 
 
-def _where(cluster: OutsideCompilationOp) -> str:
-    """Which region op the cluster sits in, for diagnostics."""
-    p = cluster.parent_op()
-    return "the tpu.replicate body" if isinstance(p, ReplicateOp) or p is None else f"a region of '{p.name}'{at(p)}"
-
-
 @dataclass(eq=False)
 class _Cluster:
     """What the pass decided for one cluster, before anything changes."""
@@ -196,7 +193,7 @@ def _analyze(clusters: list[OutsideCompilationOp], computable: HostComputable) -
             uses = device_uses(r)
             if not uses:
                 continue
-            if all(u.operation is term for u in uses):
+            if _can_reroute(_replicate_of(c)) and all(u.operation is term for u in uses):
                 # Only an output of the replicate: the host keeps it and
                 # returns it after the device program (TF's host launch
                 # returns it from the parallel_execute), never through the
@@ -446,20 +443,40 @@ class OutlineOutsideCompilation(ModulePass):
     after the recv of every earlier cluster with side effects in its block
     (also one inside an ``hlo.if`` / ``hlo.while`` of the block).
 
-    Values never travel when they need not: captured constants, and values
+    Values never travel when they need not (TF's
+    ``tf-extract-outside-compilation``): captured constants, and values
     computed only from constants and the replica id, are recomputed in the
-    host function (and erased on the device if nothing else uses them).  A
-    result of cluster ``A`` that a later cluster ``B`` of the same block uses
-    goes host to host: ``A``'s function sends it with ``tpu.send_from_host
+    host function (and erased on the device if nothing else uses them).  The
+    replica inputs host code uses are on the host already: a host replicate
+    before the device program keeps them (``tpu.send_from_host
+    "host_compute_channel_replica_inputs" {tpu.held}``) and each host
+    function that uses some reads them (``tpu.recv_at_host`` of that key,
+    ``tpu.held``) right after its ``_args`` (TF's
+    ``mixed_input_single_outside_compilation``).  A result of cluster ``A``
+    that a later cluster ``B`` of the same block uses goes host to host:
+    ``A``'s function sends it with ``tpu.send_from_host
     "host_compute_channel_A_to_B"`` and ``B``'s receives it with
-    ``tpu.recv_at_host`` on that key right after its ``_args``; it reaches the
-    device only if device ops use it too.  TF: ``tf-extract-outside-compilation``.
+    ``tpu.recv_at_host`` on that key.  When ``B`` is in a nested block (a
+    loop body, a branch: it may run many times, or never), ``A``'s function
+    keeps it for the run (``tpu.send_from_host "host_compute_channel_A_held"
+    {tpu.held}``, before its ``_retvals``) and ``B``'s reads it as often as it
+    runs; the device receives ``A``'s answer before the op holding ``B``
+    starts (TF's ``outside_compiled_ops_with_multiple_region_single_cluster``).
+    Either way the value reaches the device only if device ops use it, and is
+    never sent back.
 
-    Errors: a captured string that the host cannot compute itself, a string
-    result that the device uses, a host-only value of a cluster used by a
-    cluster in another block (the producer would not run exactly once per run
-    of the user), nested clusters, a cluster outside a device replicate and a
-    cluster name used twice.
+    The device replicate keeps only what it computes with (TF's
+    ``tail_aliased_output``, ``op_string_operand``): an output that is a
+    replica input becomes that input, an output that only the host computes
+    (a held value of a cluster that device ops do not use) is read back by a
+    host replicate after the device program, inputs no device op uses are
+    dropped, and a device replicate left with nothing (no op, input or
+    output) is erased when host replicates run the replicas.  Inputs and
+    outputs with shardings (``tpu.input_shardings``) are left as they are.
+
+    Errors: a captured string computed on the device, a string result that
+    device ops use, nested clusters, a cluster outside a device replicate and
+    a cluster name used twice.
     """
 
     name = "tpu-outline-outside-compilation"
@@ -512,6 +529,12 @@ def _group(values, j: int, n: int) -> list[SSAValue]:
     return list(values[j * n : (j + 1) * n])
 
 
+def _can_reroute(rep: ReplicateOp) -> bool:
+    """Whether the device replicate's inputs and outputs may change: not once
+    ``tpu-propagate-sharding`` gave them shardings (one per input / output)."""
+    return not any(name in rep.attributes for name in ("tpu.input_shardings", "tpu.output_shardings"))
+
+
 def _reroute_outputs(rep: ReplicateOp, held_outputs: dict[SSAValue, OutsideCompilationOp]) -> list[tuple]:
     """Take off the body's ``tpu.yield`` what the device does not compute: a
     replica input (the output is the input itself, TF's
@@ -521,7 +544,7 @@ def _reroute_outputs(rep: ReplicateOp, held_outputs: dict[SSAValue, OutsideCompi
     ``("held", cluster name, value)``."""
     term = rep.body.block.last_op
     assert isinstance(term, YieldOp)
-    if any(name in rep.attributes for name in ("tpu.input_shardings", "tpu.output_shardings")):
+    if not _can_reroute(rep):
         return [("kept", j) for j in range(len(term.values))]
     fates: list[tuple] = []
     kept: list[SSAValue] = []
@@ -572,7 +595,7 @@ def _rebuild(rep: ReplicateOp, fates: list[tuple], inputs: list[SSAValue], held_
         block.add_op(YieldOp.create(operands=[]))
         operands = [x for a in inputs for x in groups[a.index]]  # type: ignore[attr-defined]
         parent.insert_op_before(_host_replicate(operands, block, n, rep.location, ["replica_inputs"]), rep)
-    keep = [i for i, a in enumerate(body.args) if a.uses]
+    keep = [i for i, a in enumerate(body.args) if a.uses or not _can_reroute(rep)]
     changed = len(keep) != len(body.args) or any(f[0] != "kept" for f in fates)
     if not changed:
         return
