@@ -203,3 +203,21 @@ def test_mpi_communicator_directly_and_as_an_executables_communicator(n):
     proc, _ = mpiexec(n, ["mpi_communicator_case.py"], XTPU_BACKEND="threads", XTPU_TIMEOUT="20")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(proc.stdout.split()).count("ok") == n
+
+
+def test_xtpu_run_failing_on_one_rank_exits_non_zero_on_every_rank(tmp_path):
+    import xtpu
+    from mpi_failures import step
+
+    (tmp_path / "m.mlir").write_text(xtpu.lower(step, [[np.float32(r)] for r in range(4)]).as_text())
+    ins = []
+    for r in range(4):
+        np.save(tmp_path / f"x{r}.npy", np.float32(r + (0.5 if r == 3 else 0)))  # replica 3's host raises
+        ins += ["-i", str(tmp_path / f"x{r}.npy")]
+    proc, elapsed = mpiexec(2, ["-m", "xtpu.tools.run", str(tmp_path / "m.mlir"), *ins, "--backend", "mpi"],
+                            XTPU_TIMEOUT=str(TIMEOUT))
+    assert proc.returncode != 0 and elapsed < TIMEOUT + 30
+    lines = proc.stderr.strip().splitlines()
+    assert any(line.startswith("xtpu-run: replica 3, op hlo.string_to_number") and "(on rank 1 of 2)" in line
+               for line in lines), proc.stderr
+    assert any("rank 1 failed: replica 3" in line for line in lines), proc.stderr  # rank 0's error
