@@ -332,3 +332,43 @@ func.func @string_output_of_a_body_cluster(%a: tensor<f32>) -> (tensor<!hlo.stri
   }
   func.return %r#0, %r#1 : tensor<!hlo.string>, tensor<f32>
 }
+
+// -----
+
+// Only device code decides: a branch whose captured string only a cluster
+// inside it reads stays on the device (the cluster reads the string on the
+// host), with the cluster's send/recv in the branch.
+// MARK-LABEL: func @if_region_string_read_only_by_a_cluster_stays
+// MARK:         %y = hlo.if %p -> (tensor<f32>) {
+// MARK-NEXT:      tpu.outside_compilation "1"
+// CHECK-LABEL: func @if_region_string_read_only_by_a_cluster_stays
+// CHECK:         tpu.recv_from_host "host_compute_channel_0_retvals"{{$}}
+// CHECK-NEXT:    %y = hlo.if %p -> (tensor<f32>) {
+// CHECK-NEXT:      tpu.send_to_host "host_compute_channel_1_args"{{$}}
+// CHECK-NEXT:      tpu.recv_from_host "host_compute_channel_1_retvals" : tensor<f32>
+// CHECK-LABEL: func.func @host_1()
+// CHECK-NEXT:      tpu.recv_at_host "host_compute_channel_1_args"{{$}}
+// CHECK-NEXT:      tpu.recv_at_host "host_compute_channel_0_held" {tpu.held} : tensor<!hlo.string>
+func.func @if_region_string_read_only_by_a_cluster_stays(%a: tensor<f32>) -> tensor<f32> {
+  %r = tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64} {
+    %dx = hlo.negate %x : tensor<f32>
+    %s = tpu.outside_compilation "0" -> (tensor<!hlo.string>) {
+      %f = hlo.string_format "{}" (%dx) summarize = 3 : (tensor<f32>) -> tensor<!hlo.string>
+      tpu.yield %f : tensor<!hlo.string>
+    }
+    %zero = hlo.constant dense<0.0> : tensor<f32>
+    %p = hlo.compare GT, %dx, %zero : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    %y = hlo.if %p -> (tensor<f32>) {
+      %n = tpu.outside_compilation "1" -> (tensor<f32>) {
+        %m = hlo.string_to_number %s : (tensor<!hlo.string>) -> tensor<f32>
+        tpu.yield %m : tensor<f32>
+      }
+      hlo.return %n : tensor<f32>
+    } else {
+      hlo.return %dx : tensor<f32>
+    }
+    %z = hlo.add %y, %dx : tensor<f32>
+    tpu.yield %z : tensor<f32>
+  }
+  func.return %r : tensor<f32>
+}
