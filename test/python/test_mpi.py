@@ -221,3 +221,20 @@ def test_xtpu_run_failing_on_one_rank_exits_non_zero_on_every_rank(tmp_path):
     assert any(line.startswith("xtpu-run: replica 3, op hlo.string_to_number") and "(on rank 1 of 2)" in line
                for line in lines), proc.stderr
     assert any("rank 1 failed: replica 3" in line for line in lines), proc.stderr  # rank 0's error
+
+
+@pytest.mark.parametrize("P,R", [(2, 2), (2, 4), (2, 8), (4, 4), (4, 8), (3, 6)])
+def test_replica_owner_is_the_task_of_the_replicas_host_device(P, R):
+    # TF: a topology of P tasks, each holding R/P consecutive cores of a
+    # line; the default device assignment puts replica r's host on task t.
+    import xtpu
+    from xtpu.device_assignment import device_assignment
+    from xtpu.runtime.mpi import replica_owner
+
+    per = R // P
+    coords = [[[t * per + i, 0, 0, 0] for i in range(per)] for t in range(P)]
+    da = device_assignment(xtpu.Topology(mesh_shape=[R, 1, 1, 1], device_coordinates=coords), num_replicas=R)
+    tasks = [int(da.host_device(r).split("/task:")[1].split("/")[0]) for r in range(R)]
+    assert tasks == [replica_owner(r, R, P) for r in range(R)]
+    assert [da.lookup_replicas(t, 0) for t in range(P)] == [[r for r in range(R) if replica_owner(r, R, P) == t]
+                                                             for t in range(P)]
