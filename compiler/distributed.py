@@ -4,7 +4,8 @@ The multi-controller model of ``jax.distributed``: start ``P`` copies of the
 same script with ``mpiexec -n P python script.py`` (or
 ``python -m xtpu.launch -n P script.py``), call :func:`initialize` in each
 before the first replicated call (or set ``XTPU_BACKEND=mpi``), and every
-rank traces, compiles and calls the same program with the same inputs. A
+rank traces, compiles and calls the same programs with the same inputs, in
+the same order, one replicated call at a time. A
 program of ``R`` replicas (``R`` a multiple of ``P``) runs replicas
 ``i * R/P .. (i+1) * R/P - 1`` on rank ``i`` (TF's default device assignment
 over ``P`` tasks: :func:`replica_owner`; other ``R`` as evenly as it gives), with threads inside a rank;
