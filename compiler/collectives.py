@@ -91,13 +91,20 @@ def _zeros_like(x: Any) -> Any:
 
 
 def _int_lists(value: Any, what: str) -> list[list[int]]:
-    """``value`` (nested lists or an integer array) as lists of ints."""
-    arr = np.asarray(value)
-    if arr.ndim != 2 and arr.size:
-        raise ValueError(f"{what} must be a 2-D list of integer ids, got shape {list(arr.shape)}: {value!r}")
-    if arr.size and arr.dtype.kind not in "iu":
-        raise ValueError(f"{what} must hold integer ids, got {arr.dtype}: {value!r}")
-    return [[int(i) for i in row] for row in arr.tolist()] if arr.size else []
+    """``value`` (a list of lists or a 2-D integer array) as lists of ints.
+
+    Raises:
+      ValueError: not a list of lists, or an id that is not an integer.
+    """
+    try:
+        rows = [list(r) for r in (value.tolist() if isinstance(value, np.ndarray) else value)]
+    except TypeError:
+        raise ValueError(f"{what} must be a list of lists of integer ids, got {value!r}") from None
+    for row in rows:
+        for i in row:
+            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+                raise ValueError(f"{what} must hold integer ids, got {i!r} in {value!r}")
+    return [[int(i) for i in row] for row in rows]
 
 
 def all_to_all(x: Any, concat_dimension: int, split_dimension: int, split_count: int,
@@ -213,6 +220,9 @@ def collective_permute(x: Any, source_target_pairs: Any, name: str | None = None
                 raise ValueError(f"{what} {p[i]} appears more than once in instruction's source-target pairs: {pairs}")
             seen.add(p[i])
     x = convert(x)
+    if not pairs:
+        # No pair: every replica is no pair's target and gets zeros.
+        return _select(convert(np.bool_(False)), x, _zeros_like(x))
     if tr.num_cores > 1:
         source = {t: s for s, t in pairs}
 

@@ -78,6 +78,17 @@ def test_collective_permute_matches_numpy(n):
             np.testing.assert_array_equal(o[0], r)
 
 
+def test_collective_permute_without_pairs_gives_zeros():
+    """StableHLO: a process that is no pair's target gets zeros (not x * 0,
+    which is NaN for inf)."""
+    xs = [[np.array([1.0, np.inf], np.float32), np.array([True])] for _ in range(2)]
+    out = xtpu.replicate(lambda x, b: (xtpu.collective_permute(x, []),
+                                       xtpu.collective_permute(b, np.zeros((0, 2), np.int32))), xs)
+    for o in out:
+        np.testing.assert_array_equal(o[0], [0.0, 0.0])
+        np.testing.assert_array_equal(o[1], [False])
+
+
 def test_collective_permute_takes_an_int_array_and_bool_values():
     pairs = np.array([[1, 0], [0, 1]], np.int32)
     xs = [np.array([True, False]), np.array([False, False])]
@@ -103,8 +114,11 @@ def test_collective_permute_takes_an_int_array_and_bool_values():
          r"Source 0 appears more than once"),
         (lambda x: xtpu.collective_permute(x, [[0, 4]]), ValueError, r"must be < 4 \(the replicas\), got \[0, 4\]"),
         (lambda x: xtpu.collective_permute(x, [[-1, 0]]), ValueError, "must be >= 0"),
-        (lambda x: xtpu.collective_permute(x, [0, 1]), ValueError, r"must be a 2-D list"),
+        (lambda x: xtpu.collective_permute(x, [0, 1]), ValueError, r"must be a list of lists of integer ids, got \[0, 1\]"),
         (lambda x: xtpu.collective_permute(x, [[0, 1, 2]]), ValueError, r"shape \[num_pairs, 2\]"),
+        (lambda x: xtpu.collective_permute(x, [[0, 1], [2]]), ValueError, r"shape \[num_pairs, 2\]"),
+        (lambda x: xtpu.collective_permute(x, [[0, 1.5]]), ValueError, r"must hold integer ids, got 1.5"),
+        (lambda x: xtpu.all_to_all(x, 0, 0, 2, [[0, 1], [2]]), ValueError, "every group must have the same size"),
     ],
 )
 def test_tf_errors(call, err, match):
