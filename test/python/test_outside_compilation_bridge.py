@@ -191,9 +191,49 @@ def host_string_into_a_branch_in_a_loop(x):
     return xtpu.while_loop(lambda i, a: i < 4, body, (xtpu.constant(np.int32(0)), x))
 
 
+def host_string_into_a_tail_cluster(x):
+    # A cluster that stays (the device uses its number) makes a string that a
+    # tail cluster reads: kept on the host, returned after the device program.
+    num, s = xtpu.outside_compilation(lambda v: (v + 1.0, xtpu.strings.format("{}", v)), x * 2.0)
+    return xtpu.outside_compilation(lambda a, u: xtpu.strings.to_number(a) + u, s, num * 3.0)
+
+
+def string_of_a_loop_cluster_into_a_branch(x):
+    def body(i, a):
+        s = xtpu.outside_compilation(lambda v: xtpu.strings.format("{}", v), a)
+
+        def yes():
+            return xtpu.outside_compilation(lambda t: xtpu.strings.to_number(t) * 0.5, s)
+
+        return i + 1, xtpu.cond(xtpu.math.greater(a, 0.0), yes, lambda: a + 2.0)
+
+    return xtpu.while_loop(lambda i, a: i < 5, body, (xtpu.constant(np.int32(0)), x))
+
+
+def inputs_and_host_values_in_a_branch_in_a_loop(x):
+    b = xtpu.outside_compilation(lambda v: v * 10.0, x * 1.0)
+
+    def body(i, a):
+        def yes():
+            return xtpu.outside_compilation(lambda u, v, w: u + v + w, x, b, a)
+
+        return i + 1, xtpu.cond(xtpu.math.greater(a, 0.0), yes, lambda: a + 1.0)
+
+    r = xtpu.while_loop(lambda i, a: i < 3, body, (xtpu.constant(np.int32(0)), x))
+    return r, b, x
+
+
 @pytest.mark.parametrize("n", REPLICAS)
 @pytest.mark.parametrize(
-    "f", [host_value_into_a_loop, host_value_into_a_loop_the_device_uses_too, host_string_into_a_branch_in_a_loop]
+    "f",
+    [
+        host_value_into_a_loop,
+        host_value_into_a_loop_the_device_uses_too,
+        host_string_into_a_branch_in_a_loop,
+        host_string_into_a_tail_cluster,
+        string_of_a_loop_cluster_into_a_branch,
+        inputs_and_host_values_in_a_branch_in_a_loop,
+    ],
 )
 def test_host_values_across_regions(f, n):
     check_against_eager(f, floats(n))
@@ -372,6 +412,22 @@ TF_TRANSFERS = {
         "host_compute_channel_0_args": [1],
         "host_compute_channel_0_retvals": [0],
         "host_compute_channel_1_args": [0],
+        "host_compute_channel_1_retvals": [1],
+    },
+    # Each iteration sends the loop value and gets the branch's number back;
+    # the string goes to the branch's cluster on the host.
+    string_of_a_loop_cluster_into_a_branch: {
+        "host_compute_channel_0_args": [1],
+        "host_compute_channel_0_retvals": [0],
+        "host_compute_channel_1_args": [0],
+        "host_compute_channel_1_retvals": [1],
+    },
+    # b (an output too) stays on the host; the branch's cluster gets only the
+    # loop value, x and b are on the host.
+    inputs_and_host_values_in_a_branch_in_a_loop: {
+        "host_compute_channel_0_args": [1],
+        "host_compute_channel_0_retvals": [0],
+        "host_compute_channel_1_args": [1],
         "host_compute_channel_1_retvals": [1],
     },
     # Only x * 2.0 is sent; the host has x.
