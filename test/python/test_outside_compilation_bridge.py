@@ -505,3 +505,22 @@ def test_a_held_value_read_before_it_was_kept_is_an_error():
     state.next_run()  # a new run starts with nothing kept
     with pytest.raises(XtpuRuntimeError):
         state.held_values(0, "k", 1)
+
+
+def test_held_values_survive_the_text_form():
+    """The lowered module printed and read back (what xtpu-run takes) runs to
+    the same values: ``{tpu.held}`` is part of the text."""
+    from xtpu.pipeline import parse_module
+    from xtpu.runtime.executor import Executable
+
+    c = lowered(inputs_and_host_values_in_a_branch_in_a_loop, floats(2))
+    text = c.as_text()
+    assert text.count("{tpu.held}") >= 4
+    again = Executable(parse_module(text))
+    try:
+        args = [x for (x,) in floats(2)]
+        got = again.run(args)
+        want = c.executable.run(args)
+        assert [np.asarray(v).tolist() for v in got] == [np.asarray(v).tolist() for v in want]
+    finally:
+        again.close()
