@@ -54,8 +54,13 @@ class EagerTensor(np.ndarray):
 
     It is a numpy array: everything numpy accepts it accepts, and numpy
     computations on it give EagerTensors again (TF: every eager op returns a
-    tensor).  While a GradientTape records, its Python operators, the numpy
-    ufuncs xtpu has ops for, the reductions ``sum`` / ``mean`` / ``max`` /
+    tensor).  Its Python operators and the numpy ufuncs xtpu has ops for
+    always run as those xtpu ops on numeric operands, so that eager and
+    traced values follow one dtype rule (TF's: a Python scalar takes the
+    tensor's dtype, a numpy scalar is the 0-d array of its dtype, mixed
+    dtypes are a ``TypeError``; numpy's own code, such as ``np.testing``,
+    computes mixed dtypes as numpy does).  While a GradientTape records,
+    besides, the reductions ``sum`` / ``mean`` / ``max`` /
     ``min`` (methods and numpy functions), ``T``, ``transpose``,
     ``reshape``, ``astype``, ``ravel``, ``flatten``, ``squeeze``, ``copy``,
     ``dot``, ``np.concatenate``, indexing with ints, slices, ``...`` and
@@ -74,22 +79,21 @@ class EagerTensor(np.ndarray):
     # -- numpy protocol -------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         tapes = recording_tapes()
-        if tapes:
-            outs = kwargs.get("out")
-            if outs:
-                _check_inplace(f"numpy.{ufunc.__name__}(..., out=...)", outs, inputs, tapes)
-            else:
-                fn = _recordable_ufunc(ufunc, method, inputs, kwargs, tapes)
-                if fn is not None:
-                    try:
-                        return fn()
-                    except TypeError:
-                        # numpy's own code (np.isclose, np.testing) mixing
-                        # dtypes, which xtpu ops refuse (TF's rules): numpy
-                        # computes it, as for TF tensors, without a gradient.
-                        if not _numpy_caller(sys._getframe(1)):
-                            raise
-                        tapes = None
+        outs = kwargs.get("out")
+        if tapes and outs:
+            _check_inplace(f"numpy.{ufunc.__name__}(..., out=...)", outs, inputs, tapes)
+        elif not outs:
+            fn = _xtpu_ufunc(ufunc, method, inputs, kwargs, tapes)
+            if fn is not None:
+                try:
+                    return fn()
+                except TypeError:
+                    # numpy's own code (np.isclose, np.testing) mixing
+                    # dtypes, which xtpu ops refuse (TF's rules): numpy
+                    # computes it, as for TF tensors, without a gradient.
+                    if not _numpy_caller(sys._getframe(1)):
+                        raise
+                    tapes = None
         plain = [np.asarray(x) if isinstance(x, EagerTensor) else x for x in inputs]
         if "out" in kwargs:
             outs = kwargs["out"]
@@ -406,14 +410,23 @@ def _recorded_dot(a: Any, b: Any) -> Any:
 _REDUCTIONS = {"add": "reduce_sum", "maximum": "reduce_max", "minimum": "reduce_min"}
 
 
-def _recordable_ufunc(ufunc, method, inputs, kwargs, tapes) -> Any:
-    """A thunk running ``ufunc`` as xtpu ops, or None."""
+def _xtpu_ufunc(ufunc, method, inputs, kwargs, tapes) -> Any:
+    """A thunk running ``ufunc`` as xtpu ops, or None (numpy computes it).
+
+    The ufuncs xtpu has ops for (the Python operators among them) always
+    run as those ops on numeric operands, with or without a recording tape:
+    eager and traced values follow the same dtype rules (TF's: a numpy
+    scalar is the 0-d array of its dtype, a Python scalar takes the other
+    operand's dtype, no promotion), through the same code.  Reductions go
+    through xtpu ops only when a tape records a float value."""
     from xtpu.ops import math_ops as m
 
     if method == "__call__" and not kwargs:
         fn = _UFUNCS().get(ufunc)
-        if fn is not None:
+        if fn is not None and (tapes or all(_numeric_operand(x) for x in inputs)):
             return lambda: fn(*inputs)
+        return None
+    if not tapes:
         return None
     if method == "reduce" and ufunc.__name__ in _REDUCTIONS and len(inputs) == 1:
         (x,) = inputs
@@ -425,6 +438,21 @@ def _recordable_ufunc(ufunc, method, inputs, kwargs, tapes) -> Any:
         axis = kwargs.get("axis", 0)  # ufunc.reduce's default axis is 0
         return lambda: fn(x, axis=axis, keepdims=bool(kwargs.get("keepdims", False)))
     return None
+
+
+def _numeric_operand(x: Any) -> bool:
+    """Whether ``x`` is an operand xtpu's elementwise ops take: a bool, int
+    or float array, numpy scalar, Python scalar or (nested) list of them."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x.dtype.kind in "biuf"
+    if isinstance(x, (bool, int, float)):
+        return True
+    if isinstance(x, (list, tuple)):
+        try:
+            return np.asarray(x).dtype.kind in "biuf"
+        except ValueError:
+            return False
+    return False
 
 
 def _recordable_function(func, args, kwargs, tapes) -> Any:

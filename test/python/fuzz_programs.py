@@ -583,8 +583,8 @@ class Generator:
         if kind == "intpow":
             yt, yshape = str(ch.int(0, 3)), ()
         if kind == "lit":
-            # a numpy scalar of the other width is a TypeError (traced, and
-            # eagerly through xtpu.math; eagerly numpy's operators promote)
+            # a numpy scalar of the other width is a TypeError, eagerly and
+            # traced, through xtpu.math and the operators alike
             other_ok = not scope.in_cf and (form == "fn" or "numpy_scalar" not in self.avoid)
             yt, other_width = self.literal(dt, scope, other_ok=other_ok)
             yshape = ()

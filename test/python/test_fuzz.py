@@ -33,7 +33,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 # The defects still open: the slice does not build programs that hit them
 # (each has an xfail(strict=True) regression case below).  When a fix lands,
 # flip its case and take its name out of OPEN.
-OPEN = frozenset({"numpy_scalar", "string_into_region", "string_output_of_body_cluster"})
+OPEN = frozenset({"string_into_region", "string_output_of_body_cluster"})
 assert OPEN <= set(fp.DEFECTS)
 
 SLICE = settings(
@@ -214,13 +214,49 @@ def test_numpy_scalar_with_a_python_scalar():
     assert eager.dtype == compiled.dtype == np.float64 and eager == compiled == -0.75
 
 
-@pytest.mark.xfail(strict=True, reason="numpy_scalar: eagerly numpy's operators on an EagerTensor promote "
-                   "a numpy scalar of another width (float32 * np.float64 -> float64); traced, and "
-                   "through xtpu.math eagerly, it is a TypeError")
 def test_numpy_scalar_of_another_width_in_an_operator_eagerly():
+    """Issue 10 (numpy_scalar): eagerly numpy's operators on an EagerTensor
+    promoted a numpy scalar of another width (float32 * np.float64 was
+    float64); traced, and through xtpu.math, it is TF's TypeError."""
     x = xtpu.constant(np.array([1.5, 2.0], np.float32))
     with pytest.raises(TypeError, match="operands must have the same dtype"):
         x * np.float64(2.0)
+    with pytest.raises(TypeError, match="operands must have the same dtype"):
+        np.float64(2.0) * x
+
+
+_OPERATORS = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b,
+    "**": lambda a, b: a ** b, "<": lambda a, b: a < b, "==": lambda a, b: a == b,
+}
+_OTHERS = {
+    "np.float64": np.float64(2.0), "np.float32": np.float32(2.0), "np.int32": np.int32(2),
+    "np.int64": np.int64(2), "float": 2.0, "int": 2, "0-d float64": np.array(2.0),
+    "float64 list": [2.0, 0.5],
+}
+
+
+def _outcome(thunk):
+    try:
+        v = np.asarray(thunk())
+    except TypeError:
+        return "TypeError"
+    return v.dtype, v.tolist()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+@pytest.mark.parametrize("other", list(_OTHERS))
+@pytest.mark.parametrize("op", list(_OPERATORS))
+def test_operators_follow_one_dtype_rule_eagerly_and_traced(op, other, dtype):
+    """Issue 10 (numpy_scalar): a Python operator on an EagerTensor gives
+    what it gives traced, with the other operand on either side: the same
+    dtype and values, or TypeError."""
+    fn, y = _OPERATORS[op], _OTHERS[other]
+    x = np.array([1.5, 3.0]).astype(dtype)
+    for f in (lambda v: fn(v, y), lambda v: fn(y, v)):
+        eager = _outcome(lambda: f(xtpu.constant(x)))
+        compiled = _outcome(lambda: xtpu.replicate(lambda v: (f(v),), [[x]])[0][0])
+        assert eager == compiled
 
 
 @pytest.mark.parametrize("op", ["reduce_max", "reduce_min", "reduce_sum", "reduce_mean"])
