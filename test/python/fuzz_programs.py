@@ -97,9 +97,14 @@ FOUND_DEFECTS = {
     "comes from the device, a later cluster's result goes back to it) cannot be a result of the "
     "computation: DiagnosticException 'returns a string value ... to the device computation'",
     "cf_zero_cotangent_nan": "traced gradients of xtpu.cond / xtpu.while_loop push an explicit zero "
-    "cotangent through outputs the target does not use (and values the branch not taken captured); "
-    "where a rule's partial is inf or NaN (log or sqrt at 0, reduce_min of NaN) 0 becomes NaN, "
-    "while the eager tape gives 0 (TF's graph-mode cond_v2 does the same, its eager tape does not)",
+    "cotangent through outputs the target does not use; where a rule's partial is inf or NaN (log or "
+    "sqrt at 0, reduce_min of NaN) 0 becomes NaN, while the eager tape gives 0 (TF's graph-mode "
+    "cond_v2 does the same, its eager tape does not)",
+    "region_capture_zero_cotangent_nan": "traced gradients give a value that an xtpu.cond branch not "
+    "taken, or an xtpu.while_loop body that ran zero times, captured from outside a zero cotangent (a "
+    "run-time zero: the gradient region returns zeros for it); where its producer's partial is inf or "
+    "NaN (log at 0, tanh of NaN) 0 becomes NaN, while the eager tape never reaches the producer and "
+    "gives 0 (TF's graph-mode cond_v2 / while_v2 compute the same 0 * inf)",
     "eager_identity_ndarray": "eagerly, xtpu.cast to the same dtype, xtpu.reshape to the same shape "
     "and the logical-device annotations return a numpy value they are given as a plain ndarray, not "
     "an EagerTensor as every other op does (GradientTape.watch then refuses it)",
@@ -218,7 +223,7 @@ class Var:
     roots: frozenset = frozenset()
     # the innermost branch or loop body it was made in (None: outside any)
     region: Any = None
-    # a gradient through control flow (cf_zero_cotangent_nan may make it NaN)
+    # a gradient through control flow (region_capture_zero_cotangent_nan may make it NaN)
     tainted: bool = False
     # made on the host: a string, or a result of outside_compilation
     host: bool = False
@@ -250,7 +255,7 @@ class Program:
     features: set = field(default_factory=set)
     choices: list | None = None     # the chooser's record, for minimize
     # outputs where a NaN compiled and a number eagerly is the open defect
-    # cf_zero_cotangent_nan, not a mismatch (when the generator avoids it)
+    # region_capture_zero_cotangent_nan, not a mismatch (when the generator avoids it)
     lenient: set = field(default_factory=set)
 
     def source(self, ctx: Ctx) -> str:
@@ -392,7 +397,7 @@ class Generator:
         self.stopped = False   # after a deliberately invalid op
         self.zero_size_seen = False
         self.has_split = False
-        self.lenient: set[str] = set()   # outputs that cf_zero_cotangent_nan may make NaN
+        self.lenient: set[str] = set()   # outputs that region_capture_zero_cotangent_nan may make NaN
 
     # -- helpers ----------------------------------------------------------
 
@@ -408,7 +413,7 @@ class Generator:
 
     def pick_var(self, scope: Scope, pred: Callable[[Var], bool]) -> Var | None:
         cands = [v for v in scope.visible() if pred(v)]
-        if "cf_zero_cotangent_nan" in self.avoid:
+        if "region_capture_zero_cotangent_nan" in self.avoid:
             cands = [v for v in cands if not v.tainted]
         if "string_into_region" in self.avoid:
             cands = [v for v in cands if not v.host or v.region is scope.region]
@@ -497,7 +502,7 @@ class Generator:
                     outs.append(v.name)
         else:
             outs = [v.name for v in defined]
-        lenient = self.lenient if "cf_zero_cotangent_nan" in self.avoid else set()
+        lenient = self.lenient if "region_capture_zero_cotangent_nan" in self.avoid else set()
         return Program(specs, seed, specials, self.lines, outs, self.features, lenient=lenient)
 
     def block(self, scope: Scope, indent: int, p: float) -> None:
@@ -1875,10 +1880,15 @@ def classify_known(failure: Failure, program: Program | None = None) -> str | No
         return "string_output_of_body_cluster"
     if "a string, which never travels through the device" in d or "does not run exactly once before each run of" in d:
         return "string_into_region"
+    # since control flow whose regions use a captured string moves to the
+    # host whole (issue 11), a cluster in it reports the nesting instead
+    if "strings" in feats and ('is inside a tpu.replicate with placement = "host"' in d
+                               or "Cannot nest outside_compilation clusters" in d):
+        return "string_into_region"
     if "OverflowError" in d and "out of bounds for int" in d:
         return "to_number_overflow"
     if failure.kind == "mismatch" and "NaN at different places" in d and "gradient_through_control_flow" in feats:
-        return "cf_zero_cotangent_nan"
+        return "region_capture_zero_cotangent_nan"
     if "ZeroDivisionError" in d and failure.cores == 2:
         return "spmd_zero_size_reshape"
     if "inputs do not match the compiled program" in d and failure.cores == 2:
