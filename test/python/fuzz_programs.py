@@ -1265,8 +1265,11 @@ class Generator:
         fd = top_level and gs.smooth and all_f64
         # TF 1's xtpu.gradients differentiates the whole graph: only when no
         # argument depends on a watched value (then it equals the tape).
-        names_wrt = frozenset().union(*(v.aliases for v in wrt))
-        tf1_ok = not scope.in_oc and not any(v.deps & names_wrt for v in args)
+        # Nor when an argument depends on another one (through a gradient
+        # computed earlier, say: tanh's gradient reads tanh's result): the
+        # graph's derivative through that dependence is not the tape's zero.
+        names_args = frozenset().union(*(v.aliases for v in args))
+        tf1_ok = not scope.in_oc and not any(v.deps & names_args for v in args)
         api = ch.weighted([(3, "tape"), (1 if tf1_ok else 0, "tf1"), (1, "persistent")])
         tape = self.fresh("tape")
         loss = self.fresh()
@@ -1304,13 +1307,15 @@ class Generator:
             # a persistent tape answers twice: the gradient of the loss again
             g2 = self.fresh()
             self.emit(indent, f"{g2} = {tape}.gradient({loss}, {wrt[0].name}{unc})")
-            scope.add(Var(g2, wrt[0].spec, tainted=tainted))
+            scope.add(Var(g2, wrt[0].spec, deps=frozenset(d.name for d in args) | frozenset({loss})
+                          | frozenset().union(*[v.deps for v in args]), tainted=tainted))
             if tainted:
                 self.lenient.add(g2)
         deps = frozenset(d.name for d in args) | frozenset().union(*[v.deps for v in args])
         scope.add(Var(loss, target.spec, deps=deps, roots=target.aliases))
         for g, v in zip(grads, wrt):
-            scope.add(Var(g, v.spec, deps=deps, tainted=tainted))
+            # a gradient may read any value of the forward computation
+            scope.add(Var(g, v.spec, deps=deps | {loss}, tainted=tainted))
             if tainted:
                 self.lenient.add(g)
         if fd:
