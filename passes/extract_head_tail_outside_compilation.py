@@ -56,7 +56,7 @@ class _Split:
         self.effects = {c: has_side_effects(c) for c in self.clusters}
         self.captured = {c: captured_values(c) for c in self.top}
 
-    def head(self, excluded: set) -> list[OutsideCompilationOp]:
+    def head(self) -> list[OutsideCompilationOp]:
         """Top-level clusters that use only replica inputs, host-computable
         values and results of earlier head clusters; a cluster with side
         effects never moves ahead of one that stays."""
@@ -67,11 +67,7 @@ class _Split:
                 blocked = blocked or _nested_effects(op)
                 continue
             eff = self.effects[op]
-            ok = (
-                op not in excluded
-                and not (eff and blocked)
-                and all(self._head_input(v, heads) for v in self.captured[op])
-            )
+            ok = not (eff and blocked) and all(self._head_input(v, heads) for v in self.captured[op])
             if ok:
                 heads.append(op)
             elif eff:
@@ -83,7 +79,7 @@ class _Split:
             return v.owner is self.body
         return self.computable(v) or v.owner in heads
 
-    def tail(self, heads: list, excluded: set) -> list[OutsideCompilationOp]:
+    def tail(self, heads: list) -> list[OutsideCompilationOp]:
         """Top-level clusters, walking from the end, whose results only the
         body's yield and later tail clusters use; a cluster with side effects
         never moves behind one that stays."""
@@ -98,8 +94,7 @@ class _Split:
                 continue
             eff = self.effects[op]
             ok = (
-                op not in excluded
-                and not (eff and blocked)
+                not (eff and blocked)
                 and all(self._tail_use(u.operation, tails) for r in op.results for u in r.uses)
                 and not any(self._device_string(v) for v in self.captured[op])
             )
@@ -126,8 +121,8 @@ class _Split:
         result becomes a replica input, which host code reads on the host,
         and a staying cluster's result that a tail cluster uses is kept on
         the host (``tpu-outline-outside-compilation``)."""
-        heads = self.head(set())
-        return heads, self.tail(heads, set())
+        heads = self.head()
+        return heads, self.tail(heads)
 
 
 def _group(values, j: int, n: int) -> list[SSAValue]:

@@ -108,8 +108,6 @@ def _origin(value: SSAValue) -> str:
     if isinstance(owner, Operation):
         return f"by '{owner.name}'{at(owner)}"
     parent = owner.parent_op()
-    if isinstance(parent, ReplicateOp):
-        return "as an input of the tpu.replicate"
     return f"as a block argument of '{parent.name}'" if parent is not None else "as a block argument"
 
 
@@ -125,7 +123,8 @@ class _Cluster:
     computed from them only)."""
     inflows: dict[OutsideCompilationOp, list[SSAValue]] = field(default_factory=dict)
     """Host-to-host values: for each earlier cluster of the same block, the
-    results of it that this cluster uses and the device does not need."""
+    results of it that this cluster uses (whether the device uses them too
+    or not)."""
     outflows: dict[OutsideCompilationOp, list[SSAValue]] = field(default_factory=dict)
     """The converse: later clusters and the results of this one they get."""
     held_in: dict[OutsideCompilationOp, list[SSAValue]] = field(default_factory=dict)
@@ -152,8 +151,9 @@ class _Cluster:
 
 
 def _analyze(clusters: list[OutsideCompilationOp], computable: HostComputable) -> dict[OutsideCompilationOp, _Cluster]:
-    """Decide how every value crosses between device and host; raise the
-    diagnostics of strings and of host-to-host values that cannot flow."""
+    """Decide how every value crosses between device and host (or stays on
+    the host); raise the diagnostics of strings the device would have to
+    send or receive."""
     plans = {c: _Cluster(c, effects=has_side_effects(c)) for c in clusters}
     for c in clusters:
         p = plans[c]
