@@ -140,7 +140,10 @@ def _select_for(local: Any, r: int) -> Any:
 
 
 def _all_gather_list(local: Any, n: int) -> list[Any]:
-    """Every replica's value of ``local``, on every replica, with one collective."""
+    """Every replica's value of ``local``, on every replica, with one
+    collective: a ``ccl.all_gather`` of one core per replica, else (logical
+    cores, where only all-reduces are partitioned) a ``cross_replica_sum`` of
+    each replica's value in its slot of a zero buffer."""
     from xtpu.ops.array_ops import concat, reshape
     from xtpu.replication import cross_replica_sum
 
@@ -148,6 +151,11 @@ def _all_gather_list(local: Any, n: int) -> list[Any]:
     shape = tuple(x.shape)
     if n == 1:
         return [x]
+    if current_trace().num_cores == 1 and x.dtype != "string":
+        from xtpu.collectives import all_gather
+
+        gathered = all_gather(reshape(x, (1,) + shape), 0, n)
+        return [gathered[r] for r in range(n)]
     parts = [reshape(_select_for(x, r), (1,) + shape) for r in range(n)]
     summed = cross_replica_sum(concat(parts, 0))
     return [summed[r] for r in range(n)]
