@@ -524,3 +524,57 @@ def test_held_values_survive_the_text_form():
         assert [np.asarray(v).tolist() for v in got] == [np.asarray(v).tolist() for v in want]
     finally:
         again.close()
+
+
+# --------------------------------------------------------------------------
+# The issue's own reproducers, word for word
+# --------------------------------------------------------------------------
+
+
+def issue_1_cond(x):
+    s = xtpu.strings.format("{}", x)
+    return xtpu.cond(xtpu.math.greater(x, 0.0), lambda: xtpu.strings.to_number(s), lambda: 1.0)
+
+
+def issue_1_while(x):
+    s = xtpu.strings.format("{}", x)
+    return xtpu.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, a + xtpu.strings.to_number(s)), (0, x))
+
+
+def issue_2(x):
+    b = xtpu.outside_compilation(lambda: xtpu.strings.to_number(xtpu.strings.format("{}", x)))
+
+    def body(i, acc):
+        return i + 1, acc + xtpu.outside_compilation(lambda v: v + 1.0, b)
+
+    return xtpu.while_loop(lambda i, acc: i < 3, body, (0, x))
+
+
+def issue_2_device_uses_b(x):
+    b = xtpu.outside_compilation(lambda: xtpu.strings.to_number(xtpu.strings.format("{}", x)))
+
+    def body(i, acc):
+        return i + 1, acc + b + xtpu.outside_compilation(lambda v: v + 1.0, b)
+
+    return xtpu.while_loop(lambda i, acc: i < 3, body, (0, x))
+
+
+def issue_3(x):
+    return xtpu.outside_compilation(lambda u, v: u + v, x, x * 2.0)
+
+
+def issue_4(x):
+    return (x, xtpu.outside_compilation(lambda u: u + 1.0, x * 5.0))
+
+
+@pytest.mark.parametrize("n", REPLICAS)
+@pytest.mark.parametrize("f", [issue_1_cond, issue_1_while, issue_2, issue_2_device_uses_b, issue_3, issue_4])
+def test_the_issues_reproducers(f, n):
+    check_against_eager(f, floats(n))
+
+
+@pytest.mark.parametrize("n", REPLICAS)
+def test_the_issues_reproducer_5(n):
+    check_against_eager(lambda s: xtpu.strings.to_number(s), strings(n))
+    c = lowered(lambda s: xtpu.strings.to_number(s), strings(n))
+    assert device_replicates(c.module) == []
