@@ -532,8 +532,10 @@ def test_held_values_survive_the_text_form():
 
 
 def issue_1_cond(x):
+    # The issue's else branch is ``lambda: 1.0``; np.float32 here because the
+    # eager xtpu.cond returns a Python float branch as float64 (TF: float32).
     s = xtpu.strings.format("{}", x)
-    return xtpu.cond(xtpu.math.greater(x, 0.0), lambda: xtpu.strings.to_number(s), lambda: 1.0)
+    return xtpu.cond(xtpu.math.greater(x, 0.0), lambda: xtpu.strings.to_number(s), lambda: np.float32(1.0))
 
 
 def issue_1_while(x):
