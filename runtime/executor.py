@@ -57,7 +57,8 @@ class Executable:
 
     Args:
       module: a module whose ``@main`` holds a ``tpu.replicate`` whose body
-        has only device ops (run the default pipeline first).
+        has only device ops (run the default pipeline first), or only host
+        replicates when the passes left the device nothing to do.
       timeout: seconds any channel or collective may wait; None reads
         ``$XTPU_TIMEOUT`` (default 60).
       communicator: a factory ``(abort_signal, timeout) -> Communicator`` for
