@@ -33,7 +33,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 # The defects still open: the slice does not build programs that hit them
 # (each has an xfail(strict=True) regression case below).  When a fix lands,
 # flip its case and take its name out of OPEN.
-OPEN = frozenset({"string_into_region", "string_output_of_body_cluster", "region_capture_zero_cotangent_nan"})
+OPEN = frozenset({"region_capture_zero_cotangent_nan"})
 assert OPEN <= set(fp.DEFECTS)
 
 SLICE = settings(
@@ -374,9 +374,6 @@ def test_xtpu_run_on_a_lowered_module_with_logical_devices_and_a_host_cluster():
     np.testing.assert_array_equal(got[0][1], [[0.5], [0.5]])
 
 
-@pytest.mark.xfail(strict=True, reason="string_into_region: a string made in the replicate body (soft "
-                   "placement or an explicit cluster) cannot reach a cluster in an xtpu.cond branch: "
-                   "DiagnosticException 'does not run exactly once before each run of cluster'; eagerly it runs")
 def test_a_string_used_in_a_branch():
     def f(v):
         s = xtpu.strings.format("{}", v)
@@ -386,9 +383,6 @@ def test_a_string_used_in_a_branch():
     assert eager == compiled == 1.5
 
 
-@pytest.mark.xfail(strict=True, reason="string_output_of_body_cluster: the string s is made in the body (its "
-                   "input comes from the device, a later cluster's number goes back to it) and is also a result: "
-                   "DiagnosticException 'returns a string value ... to the device computation'; eagerly it runs")
 def test_a_string_result_made_in_the_body():
     def f(v):
         s = xtpu.strings.format("{}", v * 2.0)
