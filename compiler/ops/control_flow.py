@@ -75,7 +75,18 @@ def cond(pred: Any, true_fn: Callable[[], Any] | None = None, false_fn: Callable
         raise TypeError("cond: true_fn and false_fn are required")
     tr = current_trace()
     if tr is None:
-        return true_fn() if _eager_pred(pred, "cond") else false_fn()
+        # The taken branch's values as tensors, as traced (a Python float is
+        # float32 in both): EagerTensors, as every eager op's results.
+        from xtpu.tape import as_eager_results
+
+        leaves, tree = pytree.flatten(true_fn() if _eager_pred(pred, "cond") else false_fn())
+        out = []
+        for j, leaf in enumerate(leaves):
+            try:
+                out.append(convert(leaf))
+            except TypeError as e:
+                raise TypeError(f"cond: output {j} cannot be a tensor: {e}") from None
+        return pytree.unflatten(tree, as_eager_results(out))
     p = _traced_pred(pred, "cond")
     t_block, f_block = Block(), Block()
     t_out, t_tree = _trace_region(tr, t_block, true_fn, (), "cond true_fn")

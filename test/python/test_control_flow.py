@@ -151,3 +151,18 @@ def test_a_tensor_from_inside_a_branch_cannot_leak_out():
 
     with pytest.raises(ValueError, match=r"inside an xtpu.cond branch .* is used outside it \(at test_control_flow.py:\d+\)"):
         xtpu.replicate(f, [[np.float32(1)]])
+
+
+def test_eager_cond_returns_tensors_as_traced():
+    """A branch returning a Python float gives float32 eagerly as compiled
+    (it was float64 eagerly: the issue 11 reproducer's ``lambda: 1.0``)."""
+    def f(v):
+        return xtpu.cond(xtpu.math.greater(v, 0.0), lambda: 1.0, lambda: v * 2.0)
+
+    for v in (np.float32(1.5), np.float32(-1.5)):
+        eager = f(xtpu.constant(v))
+        ((compiled,),) = xtpu.replicate(f, [[v]])
+        assert isinstance(eager, xtpu.EagerTensor) and eager.dtype == compiled.dtype == np.float32
+        assert eager == compiled
+    with pytest.raises(TypeError, match="cond: output 0 cannot be a tensor"):
+        xtpu.cond(xtpu.constant(True), lambda: object(), lambda: object())
