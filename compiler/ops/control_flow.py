@@ -34,20 +34,26 @@ def _traced_pred(pred: Any, what: str) -> Tensor:
     return p
 
 
+def _outputs(result: Any, what: str) -> tuple[list[Any], Any]:
+    """A region function's result as tensors (Tensors traced, arrays eagerly)
+    and its structure; TypeError naming the output that cannot be one."""
+    leaves, tree = pytree.flatten(result)
+    tensors = []
+    for j, leaf in enumerate(leaves):
+        try:
+            tensors.append(convert(leaf))
+        except TypeError as e:
+            raise TypeError(f"{what}: output {j} cannot be a tensor: {e}") from None
+    return tensors, tree
+
+
 def _trace_region(tr: Trace, block: Block, fn: Callable[..., Any], args: tuple, what: str):
     """Trace ``fn(*args)`` into ``block``; return its output leaves (Tensors
     made in the block) and their structure."""
     tr.blocks.append(block)
     depth = len(tr.blocks)
     try:
-        result = fn(*args)
-        leaves, tree = pytree.flatten(result)
-        tensors = []
-        for j, leaf in enumerate(leaves):
-            try:
-                tensors.append(convert(leaf))
-            except TypeError as e:
-                raise TypeError(f"{what}: output {j} cannot be a tensor: {e}") from None
+        tensors, tree = _outputs(fn(*args), what)
     finally:
         if len(tr.blocks) != depth:
             del tr.blocks[depth - 1 :]
@@ -79,13 +85,7 @@ def cond(pred: Any, true_fn: Callable[[], Any] | None = None, false_fn: Callable
         # float32 in both): EagerTensors, as every eager op's results.
         from xtpu.tape import as_eager_results
 
-        leaves, tree = pytree.flatten(true_fn() if _eager_pred(pred, "cond") else false_fn())
-        out = []
-        for j, leaf in enumerate(leaves):
-            try:
-                out.append(convert(leaf))
-            except TypeError as e:
-                raise TypeError(f"cond: output {j} cannot be a tensor: {e}") from None
+        out, tree = _outputs(true_fn() if _eager_pred(pred, "cond") else false_fn(), "cond")
         return pytree.unflatten(tree, as_eager_results(out))
     p = _traced_pred(pred, "cond")
     t_block, f_block = Block(), Block()
