@@ -9,13 +9,17 @@ from xdsl.dialects.builtin import (
     CallSiteLoc,
     FileLineColLoc,
     FusedLoc,
+    IntegerAttr,
     NameLoc,
+    StringAttr,
     TensorType,
+    i64,
 )
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.traits import IsTerminator
 
 from xtpu.dialects.tensor_spec import StringType
+from xtpu.dialects.tpu import CLUSTER_ATTR, ReplicateOp, YieldOp
 
 OpT = TypeVar("OpT", bound=Operation)
 
@@ -174,3 +178,20 @@ def remap_operands(op: Operation, mapping: dict[SSAValue, SSAValue]) -> None:
             new = mapping.get(operand)
             if new is not None:
                 inner.operands[idx] = new
+
+
+def host_replicate(block: Block, operands: list[SSAValue], n: int, names: list[str], location: Attribute) -> ReplicateOp:
+    """``tpu.replicate(operands) {n, placement = "host"}`` around ``block``
+    (which ends in ``tpu.yield``), named after the clusters it runs: ``n``
+    results per yielded value, replica-major as the device replicate's."""
+    term = block.last_op
+    assert isinstance(term, YieldOp)
+    op = ReplicateOp.create(
+        operands=operands,
+        result_types=[v.type for v in term.values for _ in range(n)],
+        properties={"n": IntegerAttr(n, i64), "placement": StringAttr("host")},
+        regions=[Region(block)],
+    )
+    op.attributes[CLUSTER_ATTR] = StringAttr(",".join(names))
+    op.location = location
+    return op

@@ -18,17 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
-from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from xtpu.dialects.tpu import CLUSTER_ATTR, OutsideCompilationOp, ReplicateOp, YieldOp
+from xtpu.dialects.tpu import OutsideCompilationOp, ReplicateOp, YieldOp
 from xtpu.passes._common import (
     HostComputable,
     captured_values,
     clone_into,
     erase_if_dead,
     has_side_effects,
+    host_replicate,
     is_string,
     remap_operands,
 )
@@ -145,24 +146,6 @@ def _move_clusters(clusters: list[OutsideCompilationOp], block: Block, mapping: 
             mapping[r] = v
 
 
-def _host_replicate(
-    block: Block, operands: list[SSAValue], n: int, clusters: list[OutsideCompilationOp]
-) -> ReplicateOp:
-    """``tpu.replicate(...) {n, placement = "host"}`` around ``block``, named
-    after the clusters it runs."""
-    term = block.last_op
-    assert isinstance(term, YieldOp)
-    op = ReplicateOp.create(
-        operands=operands,
-        result_types=[v.type for v in term.values for _ in range(n)],
-        properties={"n": IntegerAttr(n, i64), "placement": StringAttr("host")},
-        regions=[Region(block)],
-    )
-    op.attributes[CLUSTER_ATTR] = StringAttr(",".join(c.cluster.data for c in clusters))
-    op.location = clusters[0].location
-    return op
-
-
 def _extract(rep: ReplicateOp, computable: HostComputable) -> None:
     body = rep.body.block
     heads, tails = _Split(body, computable).solve()
@@ -202,7 +185,7 @@ def _extract(rep: ReplicateOp, computable: HostComputable) -> None:
             r for c in heads for r in c.results if any(not any(h.is_ancestor(u.operation) for h in heads) for u in r.uses)
         ]
         hblock.add_op(YieldOp.create(operands=[mapping[r] for r in outs]))
-        head_op = _host_replicate(hblock, [x for a in inputs for x in groups[a.index]], n, heads)
+        head_op = host_replicate(hblock, [x for a in inputs for x in groups[a.index]], n, [c.cluster.data for c in heads], heads[0].location)
         parent.insert_op_before(head_op, rep)
         # Head results reach the device as new replicated inputs.
         for j, r in enumerate(outs):
@@ -288,7 +271,7 @@ def _extract(rep: ReplicateOp, computable: HostComputable) -> None:
         operands: list[SSAValue] = []
         for t in tinputs:
             operands += _group(new_rep.outputs, yield_index[tail_yields[t]], n) if isinstance(t, int) else t
-        tail_op = _host_replicate(tblock, operands, n, tails)
+        tail_op = host_replicate(tblock, operands, n, [c.cluster.data for c in tails], tails[0].location)
         parent.insert_op_after(tail_op, new_rep)
 
     for j, (kind, i) in enumerate(fate):

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import FunctionType, IntegerAttr, ModuleOp, StringAttr, UnitAttr, i64
+from xdsl.dialects.builtin import FunctionType, ModuleOp, StringAttr, UnitAttr
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
@@ -51,6 +51,7 @@ from xtpu.passes._common import (
     enclosing,
     erase_if_dead,
     has_side_effects,
+    host_replicate,
     is_string,
     remap_operands,
     source_line,
@@ -564,20 +565,6 @@ def _reroute_outputs(rep: ReplicateOp, held_outputs: dict[SSAValue, OutsideCompi
     return fates
 
 
-def _host_replicate(operands: list[SSAValue], block: Block, n: int, location, names: list[str]) -> ReplicateOp:
-    term = block.last_op
-    assert isinstance(term, YieldOp)
-    op = ReplicateOp.create(
-        operands=operands,
-        result_types=[v.type for v in term.values for _ in range(n)],
-        properties={"n": IntegerAttr(n, i64), "placement": StringAttr("host")},
-        regions=[Region(block)],
-    )
-    op.attributes[CLUSTER_ATTR] = StringAttr(",".join(names))
-    op.location = location
-    return op
-
-
 def _rebuild(rep: ReplicateOp, fates: list[tuple], inputs: list[SSAValue], held_lists: dict[str, list[SSAValue]]) -> None:
     """Rebuild the device replicate without the inputs and outputs it does
     not use.  The replica inputs host code uses are kept on the host by a host
@@ -594,7 +581,7 @@ def _rebuild(rep: ReplicateOp, fates: list[tuple], inputs: list[SSAValue], held_
         block.add_op(_held_send(REPLICA_INPUTS_KEY, list(block.args), rep.location))
         block.add_op(YieldOp.create(operands=[]))
         operands = [x for a in inputs for x in groups[a.index]]  # type: ignore[attr-defined]
-        parent.insert_op_before(_host_replicate(operands, block, n, rep.location, ["replica_inputs"]), rep)
+        parent.insert_op_before(host_replicate(block, operands, n, ["replica_inputs"], rep.location), rep)
     keep = [i for i, a in enumerate(body.args) if a.uses or not _can_reroute(rep)]
     changed = len(keep) != len(body.args) or any(f[0] != "kept" for f in fates)
     if not changed:
@@ -625,7 +612,7 @@ def _rebuild(rep: ReplicateOp, fates: list[tuple], inputs: list[SSAValue], held_
             block.add_op(recv)
             outs.update(zip(held_lists[name], recv.results, strict=True))
         block.add_op(YieldOp.create(operands=[outs[v] for v in order]))
-        after = _host_replicate([], block, n, rep.location, names)
+        after = host_replicate(block, [], n, names, rep.location)
         parent.insert_op_after(after, new_rep)
     for j, f in enumerate(fates):
         if f[0] == "kept":
