@@ -459,16 +459,17 @@ class Executable:
                 results = run_workers(tasks, self.abort)
         else:
             results = run_workers(tasks, self.abort)
-        return _by_output(self._all_replicas(results), n)
+        return _by_output(self._all_replicas(results, getattr(self, "_shared_outputs", None)), n)
 
-    def _all_replicas(self, local: list) -> list:
+    def _all_replicas(self, local: list, shared: list | None = None) -> list:
         """Per-replica results of every replica from this rank's (MPI
         backend; see runtime/mpi.py), None for replicas whose outputs this
-        rank does not get."""
+        rank does not get; ``shared[j]``, when not None, names per replica a
+        local replica whose output ``j`` is the same (an all-reduce's)."""
         if self.world is None:
             return local
         return self.world.all_replicas(dict(zip(self.local_replicas, local)), self.num_replicas,
-                                       self.timeout, self.abort)
+                                       self.timeout, self.abort, shared)
 
     def run(self, args: Sequence[Any]) -> list[np.ndarray]:
         """Run ``@main`` on its flat arguments; returns its flat results as
@@ -760,4 +761,30 @@ def _mpi_program(exe: Executable, comm: Any = None) -> Communicator:
         elif isinstance(op, (ccl.AllReduceOp, ccl.AllGatherOp, ccl.ReduceScatterOp, ccl.AllToAllOp)):
             groups.append([list(g) for g in op.params()["replica_groups"]])
     comm.prepare(groups, pairs)
+    exe._shared_outputs = _all_reduced_outputs(exe) if C == 1 else None
     return comm
+
+
+def _all_reduced_outputs(exe: Executable) -> list | None:
+    """Per output of the replicate body: None, or when it is a
+    ``ccl.all_reduce`` result (equal, bit for bit, on every member of a
+    group), per replica a replica of this rank in the same group whose value
+    it can take instead of receiving it; None when no output qualifies."""
+    from xtpu.runtime.communicator import normalize_replica_groups
+
+    term = exe.replicate.body.block.last_op
+    R, local = exe.num_replicas, set(exe.local_replicas)
+    out: list = []
+    for v in (term.operands if term is not None else ()):
+        owner = getattr(v, "op", None)
+        donors = None
+        if isinstance(owner, ccl.AllReduceOp):
+            donors = [None] * R
+            for g in normalize_replica_groups([list(g) for g in owner.params()["replica_groups"]], R):
+                mine = [r for r in g if r in local]
+                for r in g:
+                    donors[r] = r if r in local else (mine[0] if mine else None)
+            if any(d is None for d in donors):
+                donors = None
+        out.append(donors)
+    return out if any(d is not None for d in out) else None

@@ -285,20 +285,31 @@ class World:
         return got
 
     def all_replicas(self, local: dict[int, Any], num_replicas: int, timeout: float,
-                     abort_signal=None) -> list:
+                     abort_signal=None, shared: list | None = None) -> list:
         """Per-replica results ``[replica] -> value`` of every replica, from
         this rank's ``{replica: value}``: exchanged with every other rank
         (``outputs == "all"``), or None for other ranks' replicas
-        (``outputs == "local"``)."""
+        (``outputs == "local"``).
+
+        With ``shared`` (values are tuples of outputs): output ``j`` with
+        ``shared[j]`` not None is not sent; replica ``r`` takes it from
+        local replica ``shared[j][r]`` (an all-reduce's result, the same on
+        every member of its group)."""
         out: list = [None] * num_replicas
         for r, v in local.items():
             out[r] = v
         if self.outputs == "local" or self.size == 1:
             return out
+        send = local
+        if shared is not None:
+            send = {r: tuple(None if shared[j] is not None else x for j, x in enumerate(v))
+                    for r, v in local.items()}
         peers = [p for p in range(self.size) if p != self.rank]
-        got = self.exchange(local, peers, timeout, "the outputs of their replicas", abort_signal)
+        got = self.exchange(send, peers, timeout, "the outputs of their replicas", abort_signal)
         for theirs in got.values():
             for r, v in theirs.items():
+                if shared is not None:
+                    v = tuple(x if shared[j] is None else local[shared[j][r]][j] for j, x in enumerate(v))
                 out[r] = v
         return out
 
