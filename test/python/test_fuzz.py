@@ -552,3 +552,14 @@ def test_while_loop_gradient_of_a_value_that_depends_on_a_singular_one():
     want = [0.5 * (np.log(2.0) + 1.0), 2.0 * np.log(2.0)]
     np.testing.assert_allclose(compiled, want, rtol=1e-12)
     np.testing.assert_allclose([np.asarray(g) for g in eager], want, rtol=1e-12)
+
+
+def test_formatted_zeros_compare_without_their_sign():
+    """A cotangent of a branch not taken is 0 negated (-0.0) compiled where
+    the eager tape's unconnected zero is +0.0; formatted, only the sign
+    differs, as the float comparison already allows (program 5461, seed 12)."""
+    s = lambda *v: np.array(list(v), dtype=object)  # noqa: E731
+    assert fp.compare_values(s("a0b1", "[0.5 0]"), s("a-0b1", "[0.5 -0]")) is None
+    assert fp.compare_values(s("-0.0e+00"), s("0.0e+00")) is None
+    for a, b in [("-0.5", "0.5"), ("1-0", "10"), ("-01", "01"), ("-0.01", "0.01")]:
+        assert fp.compare_values(s(a), s(b)) is not None
