@@ -90,6 +90,33 @@ def device_uses(value: SSAValue) -> list:
     return [u for u in value.uses if not in_cluster(u.operation)]
 
 
+def dissolve_clusters(op: Operation) -> list[str]:
+    """Inline every ``tpu.outside_compilation`` nested in ``op``'s regions in
+    place: its ops move, in order, to just before it and its results become
+    the values its ``tpu.yield`` yields.  For code that runs on the host
+    already (TF: an outside-compiled op inside host-placed control flow is on
+    the host; nested outside compilation is flattened), where the cluster
+    boundary means nothing.  Returns the dissolved clusters' names, in
+    program order."""
+    from xtpu.dialects.tpu import OutsideCompilationOp
+
+    names = []
+    for inner in [o for o in op.walk() if o is not op and isinstance(o, OutsideCompilationOp)]:
+        names.append(inner.cluster.data)
+        block = inner.parent_block()
+        assert block is not None
+        term = inner.body.block.last_op
+        assert isinstance(term, YieldOp)
+        for r, v in zip(inner.results, term.values, strict=True):
+            r.replace_all_uses_with(v)
+        for o in list(inner.body.block.ops):
+            if o is not term:
+                o.detach()
+                block.insert_op_before(o, inner)
+        block.erase_op(inner)
+    return names
+
+
 def has_side_effects(op: Operation) -> bool:
     """Whether ``op`` or an op nested in it has ``SIDE_EFFECTS`` (print, summaries)."""
     return any(getattr(type(o), "SIDE_EFFECTS", False) for o in op.walk())

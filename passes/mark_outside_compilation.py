@@ -31,7 +31,15 @@ from xtpu.dialects.hlo import ConstantOp
 from xtpu.dialects.hlo_host import StringConstantOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tpu import OutsideCompilationOp, ReplicateOp, YieldOp
-from xtpu.passes._common import at, defined_inside, enclosing, has_string_values, in_cluster, is_string
+from xtpu.passes._common import (
+    at,
+    defined_inside,
+    dissolve_clusters,
+    enclosing,
+    has_string_values,
+    in_cluster,
+    is_string,
+)
 
 AUTO_PREFIX = "auto"
 """Prefix of the clusters this pass creates (TF's MLIR bridge names)."""
@@ -187,8 +195,10 @@ class MarkOutsideCompilation(ModulePass):
     region runs; an ``hlo.if`` / ``hlo.while`` that has string values itself,
     or whose regions use a string defined outside it (captured, TF's
     ``if_region_captured_string`` / ``while_region_captured_string``), moves
-    as a whole (host control flow).  A host replicate (``placement =
-    "host"``) is left alone.  A maximal run
+    as a whole (host control flow); the ``tpu.outside_compilation``
+    clusters in its regions are dissolved into it (their ops run in place,
+    on the host with the rest: TF flattens outside compilation nested in
+    host code).  A host replicate (``placement = "host"``) is left alone.  A maximal run
     of such ops in one block (no device op between them) shares one cluster;
     the values it defines that later ops use become the cluster's results.
     Constants never start or split a run: the outlining pass copies them to
@@ -217,3 +227,8 @@ class MarkOutsideCompilation(ModulePass):
         taken = {c.cluster.data for c in op.walk() if isinstance(c, OutsideCompilationOp)}
         pattern = WrapHostOps(_ClusterNames(taken))
         PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)
+        # Clusters in control flow that moved whole run on the host already.
+        clusters = [c for c in op.walk() if isinstance(c, OutsideCompilationOp)]
+        outer = [c for c in clusters if enclosing(c, OutsideCompilationOp) is None]
+        for cluster in outer:
+            dissolve_clusters(cluster)

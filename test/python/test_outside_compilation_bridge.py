@@ -580,3 +580,94 @@ def test_the_issues_reproducer_5(n):
     check_against_eager(lambda s: xtpu.strings.to_number(s), strings(n))
     c = lowered(lambda s: xtpu.strings.to_number(s), strings(n))
     assert device_replicates(c.module) == []
+
+
+# --------------------------------------------------------------------------
+# Clusters inside host code: an explicit cluster in control flow that moves
+# to the host whole (it uses a string made outside it) runs there in place,
+# whether the control flow then runs before, after or inside the device
+# program (TF: an outside-compiled op in host-placed code is on the host
+# already; nested outside compilation is flattened).  Found by the
+# differential fuzzer (seed 12, programs 1261, 6450, ...).
+# --------------------------------------------------------------------------
+
+
+def cluster_in_a_branch_after_the_device(x):
+    s = xtpu.strings.format("{}", x)
+
+    def branch():
+        return xtpu.outside_compilation(lambda v: v * 3.0, x) + xtpu.strings.to_number(s)
+
+    return xtpu.cond(xtpu.math.greater(x, 0.0), branch, lambda: x - 1.0)
+
+
+def cluster_in_a_branch_the_device_uses(x):
+    return cluster_in_a_branch_after_the_device(x) * 2.0
+
+
+def cluster_in_a_loop_the_device_uses(x):
+    s = xtpu.strings.format("{}", x)
+
+    def body(i, a):
+        e = xtpu.outside_compilation(lambda v, w: v * 0.5 + w, a, x)
+        return i + 1, e + xtpu.strings.to_number(s)
+
+    _, a = xtpu.while_loop(lambda i, a: i < 3, body, (xtpu.constant(np.int32(0)), x * 2.0))
+    return a - 1.0
+
+
+def cluster_returning_a_string_in_nested_branches(x):
+    """The fuzzer's program 1261 (seed 12), reduced: a cluster in a branch
+    yields a string made outside it, an inner branch prints that string."""
+    s = xtpu.outside_compilation(lambda v: xtpu.strings.format("{}", v), x)
+    p = xtpu.math.greater(x, 0.0)
+
+    def outer():
+        t = xtpu.outside_compilation(lambda v: s, x)
+        q = xtpu.math.less(x, 3.0)
+
+        def printing():
+            xtpu.print("p", t, q, output_stream="file:///dev/null")
+            return x + 1.0
+
+        return xtpu.cond(q, lambda: x * 2.0, printing) + xtpu.strings.to_number(t)
+
+    return xtpu.cond(p, outer, lambda: x), x + 1.0
+
+
+HOST_CODE_CLUSTERS = [
+    cluster_in_a_branch_after_the_device,
+    cluster_in_a_branch_the_device_uses,
+    cluster_in_a_loop_the_device_uses,
+    cluster_returning_a_string_in_nested_branches,
+]
+
+
+@pytest.mark.parametrize("n", (1, 2))
+@pytest.mark.parametrize("f", HOST_CODE_CLUSTERS, ids=lambda f: f.__name__)
+def test_a_cluster_in_control_flow_moved_to_the_host_runs_there(f, n):
+    inputs = floats(n) if n > 1 else [[np.float32(4.5)]]
+    check_against_eager(f, inputs)
+    no_string_on_the_device(lowered(f, inputs).module)
+
+
+@pytest.mark.parametrize("f", HOST_CODE_CLUSTERS, ids=lambda f: f.__name__)
+def test_the_user_cluster_is_dissolved_into_the_host_control_flow(f):
+    """After soft placement the user's clusters in the moved control flow are
+    gone (their ops sit in the branch or loop body the host runs); no host
+    function or channel carries their names."""
+    from xtpu.passes._common import enclosing
+
+    low = lower(f, floats(2))
+    inner = [
+        op.cluster.data
+        for op in low.module.walk()
+        if isinstance(op, tpu.OutsideCompilationOp) and op.parent_op() is not enclosing(op, tpu.ReplicateOp)
+    ]
+    assert inner  # the program has a cluster inside a branch or loop body
+    c = low.compile()
+    text = c.stages["tpu-mark-outside-compilation"]
+    for name in inner:
+        assert f'tpu.outside_compilation "{name}"' not in text
+        assert f"host_compute_channel_{name}_" not in str(c.module)
+        assert f"@host_{name}" not in str(c.module)

@@ -372,3 +372,95 @@ func.func @if_region_string_read_only_by_a_cluster_stays(%a: tensor<f32>) -> ten
   }
   func.return %r : tensor<f32>
 }
+
+// -----
+
+// A cluster the user placed in an hlo.if that moves to the host whole (its
+// branch uses a captured string) is host code there already: it is dissolved
+// into the branch (TF flattens outside compilation nested in host code). Here
+// the whole if needs only replica inputs: a head cluster on the host.
+// MARK-LABEL: func @explicit_cluster_in_host_if_is_dissolved
+// MARK:         %y = tpu.outside_compilation "auto0" -> (tensor<f32>) {
+// MARK-NEXT:      %y_1 = hlo.if %p -> (tensor<f32>) {
+// MARK-NEXT:        %m = hlo.negate %x
+// MARK-NEXT:        %k = hlo.string_to_number %s
+// MARK-NEXT:        %t = hlo.add %m, %k
+// MARK-NOT:     tpu.outside_compilation
+// MARK:         hlo.multiply %y, %y
+// CHECK-LABEL: func @explicit_cluster_in_host_if_is_dissolved
+// CHECK:         %[[H:.*]] = tpu.replicate({{.*}}) {n = 1 : i64, placement = "host", tpu.outside_compilation_cluster = "auto0"}
+// CHECK-NEXT:      hlo.if
+// CHECK-NEXT:        hlo.negate
+// CHECK-NEXT:        hlo.string_to_number
+// CHECK:         tpu.replicate([%[[H]]] as %{{.*}}: tensor<f32>) {n = 1 : i64} {
+// CHECK-NEXT:      hlo.multiply
+// CHECK-NOT:     host_compute_channel_0
+// CHECK-NOT:     func.func @host_0
+func.func @explicit_cluster_in_host_if_is_dissolved(%a: tensor<i1>, %b: tensor<!hlo.string>, %c: tensor<f32>) -> tensor<f32> {
+  %r = tpu.replicate([%a] as %p: tensor<i1>, [%b] as %s: tensor<!hlo.string>, [%c] as %x: tensor<f32>) {n = 1 : i64} {
+    %y = hlo.if %p -> (tensor<f32>) {
+      %n = tpu.outside_compilation "0" -> (tensor<f32>) {
+        %m = hlo.negate %x : tensor<f32>
+        tpu.yield %m : tensor<f32>
+      }
+      %k = hlo.string_to_number %s : (tensor<!hlo.string>) -> tensor<f32>
+      %t = hlo.add %n, %k : tensor<f32>
+      hlo.return %t : tensor<f32>
+    } else {
+      hlo.return %x : tensor<f32>
+    }
+    %z = hlo.multiply %y, %y : tensor<f32>
+    tpu.yield %z : tensor<f32>
+  }
+  func.return %r : tensor<f32>
+}
+
+// -----
+
+// The same in an hlo.while body whose cluster stays in the device program
+// (the device computes its input and uses its result): one host function
+// runs the whole loop with the user's cluster in it, not nested clusters.
+// MARK-LABEL: func @explicit_cluster_in_host_while_is_dissolved
+// MARK:         %w = tpu.outside_compilation "auto0" -> (tensor<f32>) {
+// MARK:           hlo.while
+// MARK-NOT:       tpu.outside_compilation
+// MARK:           %q = hlo.string_to_number %s
+// MARK-NEXT:      %ev = hlo.exponential %v1
+// MARK-NEXT:      %v2 = hlo.add %q, %ev
+// MARK-NOT:     tpu.outside_compilation
+// MARK:         hlo.negate %w :
+// CHECK-LABEL: func @explicit_cluster_in_host_while_is_dissolved
+// CHECK:         tpu.send_to_host "host_compute_channel_auto0_args"(%dx : tensor<f32>)
+// CHECK-NEXT:    tpu.recv_from_host "host_compute_channel_auto0_retvals" : tensor<f32>
+// CHECK-NOT:     host_compute_channel_1
+// CHECK-LABEL: func.func @host_auto0()
+// CHECK:           hlo.while
+// CHECK:             hlo.string_to_number
+// CHECK-NEXT:        hlo.exponential
+// CHECK-NOT:     host_compute_channel_1
+// CHECK-NOT:     func.func @host_1
+func.func @explicit_cluster_in_host_while_is_dissolved(%a: tensor<f32>, %b: tensor<!hlo.string>) -> tensor<f32> {
+  %r = tpu.replicate([%a] as %x: tensor<f32>, [%b] as %s: tensor<!hlo.string>) {n = 1 : i64} {
+    %dx = hlo.negate %x : tensor<f32>
+    %k = hlo.constant dense<3> : tensor<i32>
+    %w:2 = hlo.while(%v = %dx, %i = %k) : tensor<f32>, tensor<i32> cond {
+      %limit = hlo.constant dense<0> : tensor<i32>
+      %c = hlo.compare NE, %i, %limit : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      hlo.return %c : tensor<i1>
+    } do {
+    ^bb0(%v1: tensor<f32>, %i1: tensor<i32>):
+      %one = hlo.constant dense<1> : tensor<i32>
+      %i2 = hlo.subtract %i1, %one : tensor<i32>
+      %q = hlo.string_to_number %s : (tensor<!hlo.string>) -> tensor<f32>
+      %e = tpu.outside_compilation "1" -> (tensor<f32>) {
+        %ev = hlo.exponential %v1 : tensor<f32>
+        tpu.yield %ev : tensor<f32>
+      }
+      %v2 = hlo.add %q, %e : tensor<f32>
+      hlo.return %v2, %i2 : tensor<f32>, tensor<i32>
+    }
+    %z = hlo.negate %w#0 : tensor<f32>
+    tpu.yield %z : tensor<f32>
+  }
+  func.return %r : tensor<f32>
+}
