@@ -47,7 +47,7 @@ def run_one(seed: int, i: int, args) -> dict:
 
     t0 = time.perf_counter()
     ch = fp.RandomChooser(program_seed(seed, i))
-    avoid = frozenset(fp.DEFECTS) if args.avoid_known else frozenset()
+    avoid = fp.ALWAYS_AVOID | (frozenset(fp.DEFECTS) if args.avoid_known else frozenset())
     roundtrip = args.roundtrip_every > 0 and i % args.roundtrip_every == 0
     prog, configs = None, []
     try:
@@ -162,7 +162,7 @@ def minimize_one(rec: dict, args) -> str:
     """A minimized reproducer (Python source) for the failure in ``rec``."""
     import fuzz_programs as fp
 
-    avoid = frozenset(fp.DEFECTS) if args.avoid_known else frozenset()
+    avoid = fp.ALWAYS_AVOID | (frozenset(fp.DEFECTS) if args.avoid_known else frozenset())
     want = rec["known"] or rec["signature"]
     roundtrip = bool(rec.get("roundtrip"))
 
@@ -217,6 +217,8 @@ def _label(fp, key: str) -> str:
         return f"known defect of issue 10 '{key}'"
     if key in fp.FOUND_DEFECTS:
         return f"found defect '{key}'"
+    if key in fp.GRAPH_MODE_DIFFERENCES:
+        return f"TF graph-mode semantics '{key}' (compared leniently)"
     return "NEW"
 
 

@@ -100,11 +100,6 @@ FOUND_DEFECTS = {
     "cotangent through outputs the target does not use; where a rule's partial is inf or NaN (log or "
     "sqrt at 0, reduce_min of NaN) 0 becomes NaN, while the eager tape gives 0 (TF's graph-mode "
     "cond_v2 does the same, its eager tape does not)",
-    "region_capture_zero_cotangent_nan": "traced gradients give a value that an xtpu.cond branch not "
-    "taken, or an xtpu.while_loop body that ran zero times, captured from outside a zero cotangent (a "
-    "run-time zero: the gradient region returns zeros for it); where its producer's partial is inf or "
-    "NaN (log at 0, tanh of NaN) 0 becomes NaN, while the eager tape never reaches the producer and "
-    "gives 0 (TF's graph-mode cond_v2 / while_v2 compute the same 0 * inf)",
     "eager_identity_ndarray": "eagerly, xtpu.cast to the same dtype, xtpu.reshape to the same shape "
     "and the logical-device annotations return a numpy value they are given as a plain ndarray, not "
     "an EagerTensor as every other op does (GradientTape.watch then refuses it)",
@@ -114,6 +109,21 @@ FOUND_DEFECTS = {
 }
 
 DEFECTS = {**KNOWN_DEFECTS, **FOUND_DEFECTS}
+
+# Where eager execution is not the reference: TF's own graph mode
+# (tf.function, and so every TPU computation) differs from its eager mode
+# there, and xtpu's compiled programs compute what graph mode computes
+# (control flow v2's gradients).  Not defects: every caller passes these names
+# in ``avoid``, and the generator then compares the outputs they may touch
+# leniently (a NaN compiled matches anything).
+GRAPH_MODE_DIFFERENCES = {
+    "region_capture_zero_cotangent_nan": "traced gradients give a value that an xtpu.cond branch not "
+    "taken, or an xtpu.while_loop body that ran zero times, captured from outside a zero cotangent (a "
+    "run-time zero: the gradient region returns zeros for it); where its producer's partial is inf or "
+    "NaN (log at 0, tanh of NaN) 0 becomes NaN, while the eager tape never reaches the producer and "
+    "gives 0 (TF's graph-mode cond_v2 / while_v2 compute the same 0 * inf)",
+}
+ALWAYS_AVOID = frozenset(GRAPH_MODE_DIFFERENCES)
 
 
 # --------------------------------------------------------------------------
