@@ -1910,11 +1910,6 @@ def classify_known(failure: Failure, program: Program | None = None) -> str | No
         return "string_output_of_body_cluster"
     if "a string, which never travels through the device" in d or "does not run exactly once before each run of" in d:
         return "string_into_region"
-    # since control flow whose regions use a captured string moves to the
-    # host whole (issue 11), a cluster in it reports the nesting instead
-    if "strings" in feats and ('is inside a tpu.replicate with placement = "host"' in d
-                               or "Cannot nest outside_compilation clusters" in d):
-        return "string_into_region"
     if "OverflowError" in d and "out of bounds for int" in d:
         return "to_number_overflow"
     if failure.kind == "mismatch" and "NaN at different places" in d and "gradient_through_control_flow" in feats:
