@@ -25,18 +25,24 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .communicator import (
+    REDUCTIONS,
     ThreadCommunicator,
+    _readonly,
     _fmt_group,
     normalize_replica_groups,
     normalize_source_target_pairs,
+    reduce_in_order,
 )
-from .errors import XtpuRuntimeError
+from .errors import Aborted, XtpuRuntimeError
 from .mpi import World
 from .workers import AbortSignal
 
 __all__ = ["HybridCommunicator", "MPICommunicator"]
 
 _TAG_DATA = 10
+# Operands up to this size (per rank and use) go through persistent requests.
+_PERSISTENT_BYTES = 1 << 16
+_SPIN_POLLS = 10  # Testall polls before the waiting loop (a message of another rank takes microseconds)
 
 
 def _comm_key(key) -> tuple:
@@ -64,8 +70,9 @@ class _Span:
         self.local_index = {i: k for k, i in enumerate(mine)}
         self.peers = peers  # [(rank in comm, world rank, positions in group)]
         self.comm = comm
-        # ((shape, dtype), send buffer, receive buffer per peer), reused from
-        # one use of the group to the next (no allocation per use).
+        # ((shape, dtype), send buffer, receive buffer per peer, the group's
+        # operands as views of them), reused from one use of the group to the
+        # next (no allocation per use); see HybridCommunicator._buffers.
         self.buffers = None
 
 
@@ -167,6 +174,8 @@ class HybridCommunicator(ThreadCommunicator):
         if not isinstance(rv, _Span):
             return super()._run(rv, index, replica, value, meta, compute, op)
         span = rv
+        if len(span.mine) == 1:
+            return self._run_alone(span, replica, value, meta, compute, op)
 
         def across(values, metas):
             self._check_same(op, span.local.group, metas, values)
@@ -176,33 +185,120 @@ class HybridCommunicator(ThreadCommunicator):
 
         return super()._run(span.local, span.local_index[index], replica, value, meta, across, op)
 
-    def _exchange(self, span: _Span, values: list, op: str) -> list:
+    def _run_alone(self, span: _Span, replica, value, meta, compute, op):
+        """The rank's only member of ``span``: no in-rank rendezvous, the
+        exchange and the computation on this thread."""
+        signal = self.abort_signal
+        if signal._set:
+            raise Aborted(signal.exception)
+        try:
+            full = self._exchange(span, (value,), op)
+            return compute(full, [meta] * len(full))[span.mine[0]]
+        except BaseException as exc:
+            raise self._error(exc, op, replica) from None
+
+    def _error(self, exc: BaseException, op: str, replica: int) -> BaseException:
+        """``exc`` as ``ThreadCommunicator._run`` raises a computation's
+        error: runtime errors with the op and replica, others wrapped."""
+        if isinstance(exc, XtpuRuntimeError):
+            return exc.add_context(op=op, **self._ctx(replica))
+        if isinstance(exc, Aborted) or not isinstance(exc, Exception):
+            return exc
+        err = XtpuRuntimeError(f"{op} failed: {type(exc).__name__}: {exc}", op=op, **self._ctx(replica))
+        err.__cause__ = exc
+        return err
+
+    def all_reduce(self, replica, value, replica_groups, reduction="add", channel_id=None):
+        """As :meth:`ThreadCommunicator.all_reduce`; a replica alone on its
+        rank in a group spanning ranks takes a shorter path (the operands
+        exchanged and reduced in replica order on the calling thread)."""
+        rv, _ = self._member(replica, replica_groups)
+        if rv.__class__ is not _Span or len(rv.mine) != 1 or reduction not in REDUCTIONS:
+            return super().all_reduce(replica, value, replica_groups, reduction, channel_id)
+        op = "ccl.all_reduce"
+        signal = self.abort_signal
+        if signal._set:
+            raise Aborted(signal.exception)
+        try:
+            full = self._exchange(rv, (np.asarray(value),), op)
+            return _readonly(reduce_in_order([full[i] for i in rv.ascending], reduction))
+        except BaseException as exc:
+            raise self._error(exc, op, replica) from None
+
+    def _exchange(self, span: _Span, values, op: str) -> list:
         """This rank's members' operands to the group's other ranks and
         theirs here; returns the whole group's operands in group order."""
         MPI = self.world.MPI
-        first = np.asarray(values[0])
+        first = values[0]
+        if not isinstance(first, np.ndarray):
+            first = np.asarray(first)
         shape, dtype = first.shape, first.dtype
-        if dtype.hasobject:
-            raise XtpuRuntimeError(f"{op}: operands of dtype {dtype} cannot be sent between ranks")
-        if span.buffers is None or span.buffers[0] != (shape, dtype):
-            span.buffers = (
-                (shape, dtype),
-                np.empty((len(values),) + shape, dtype),
-                [np.empty((len(positions),) + shape, dtype) for _, _, positions in span.peers],
-            )
-        _, mine, recv_bufs = span.buffers
-        if len(values) == 1 and first.flags.c_contiguous:
-            mine = first[None]  # sent as it is: no copy
-        else:
+        bufs = span.buffers
+        if bufs is None or bufs[0] != (shape, dtype):
+            if dtype.hasobject:
+                raise XtpuRuntimeError(f"{op}: operands of dtype {dtype} cannot be sent between ranks")
+            bufs = span.buffers = self._buffers(span, shape, dtype, len(values))
+        _, mine, recvs, template, persistent = bufs
+        full = list(template)  # views of the receive buffers at the peers' positions
+        if persistent is not None:  # small: copied into the send buffer of persistent requests
             for j, v in enumerate(values):
-                mine[j, ...] = v
-        comm = span.comm
-        pending, received = {}, []
-        for (k, q, positions), buf in zip(span.peers, recv_bufs):
-            pending[q] = [comm.Irecv([buf, MPI.BYTE], source=k, tag=_TAG_DATA),
-                          comm.Isend([mine, MPI.BYTE], dest=k, tag=_TAG_DATA)]
-            received.append((positions, buf))
-        deadline = monotonic() + self.timeout
+                mine[j][...] = v
+            requests = persistent
+            MPI.Prequest.Startall(requests)
+        else:
+            if len(values) == 1 and first.flags.c_contiguous:
+                send = [first, MPI.BYTE]  # sent as it is: no copy
+                full[span.mine[0]] = first
+            else:
+                for j, v in enumerate(values):
+                    mine[j][...] = v
+                send = [mine[0].base, MPI.BYTE]
+                for j, i in enumerate(span.mine):
+                    full[i] = mine[j]
+            comm = span.comm
+            requests = []
+            for (k, _, _), recv in zip(span.peers, recvs):
+                requests.append(comm.Irecv(recv, source=k, tag=_TAG_DATA))
+                requests.append(comm.Isend(send, dest=k, tag=_TAG_DATA))
+        testall = MPI.Request.Testall
+        for _ in range(_SPIN_POLLS):
+            if testall(requests):
+                return full  # views of the span's buffers: the collectives' computations copy
+        self._wait_peers(span, requests, op)
+        return full  # views of the span's buffers: the collectives' computations copy
+
+    def _buffers(self, span: _Span, shape, dtype, count: int) -> tuple:
+        """The buffers of ``span`` for ``count`` local operands of ``shape,
+        dtype``, reused from one use of the group to the next: this rank's
+        operands (``mine``, per operand a view), one receive buffer per peer
+        rank, the group-ordered list of views of the received operands
+        (and, for small operands, of ``mine``), and for small operands
+        persistent requests (``MPI_Recv_init`` / ``MPI_Send_init``, two per
+        peer) that each use restarts."""
+        MPI = self.world.MPI
+        send = np.empty((count,) + shape, dtype)
+        mine = [send[j, ...] for j in range(count)]  # arrays, also when 0-d (send[j] would be a scalar)
+        recvs, template = [], [None] * len(span.group)
+        for _, _, positions in span.peers:
+            buf = np.empty((len(positions),) + shape, dtype)
+            recvs.append([buf, MPI.BYTE])
+            for j, i in enumerate(positions):
+                template[i] = buf[j, ...]
+        persistent = None
+        if send.nbytes <= _PERSISTENT_BYTES:
+            for j, i in enumerate(span.mine):
+                template[i] = mine[j]
+            persistent = []
+            for (k, _, _), recv in zip(span.peers, recvs):
+                persistent.append(span.comm.Recv_init(recv, source=k, tag=_TAG_DATA))
+                persistent.append(span.comm.Send_init([send, MPI.BYTE], dest=k, tag=_TAG_DATA))
+        return (shape, dtype), mine, recvs, template, persistent
+
+    def _wait_peers(self, span: _Span, requests: list, op: str) -> None:
+        """Wait for the exchange's requests (two per peer, in peer order):
+        within the timeout, and ending early when another rank fails or the
+        run is aborted."""
+        pending = {q: requests[2 * j:2 * j + 2] for j, (_, q, _) in enumerate(span.peers)}
         C = self.cores_per_replica
 
         def describe(missing):
@@ -212,17 +308,10 @@ class HybridCommunicator(ThreadCommunicator):
                     f"on rank {self.world.rank}: {names} never sent their operands")
 
         try:
-            self.world.wait(pending, deadline, self.abort_signal, describe)
+            self.world.wait(pending, monotonic() + self.timeout, self.abort_signal, describe)
         except XtpuRuntimeError as e:
             e.add_context(op=op)
             raise
-        full: list = [None] * len(span.group)
-        for j, i in enumerate(span.mine):
-            full[i] = mine[j, ...]  # an array, also when 0-d (mine[j] would be a numpy scalar)
-        for positions, buf in received:
-            for j, i in enumerate(positions):
-                full[i] = buf[j, ...]
-        return full  # views of the span's buffers: the collectives' computations copy
 
 
 class MPICommunicator(HybridCommunicator):
