@@ -12,7 +12,9 @@
    process. Target: ranks <= 0.6x the threads' time (real parallelism; the
    GIL caps threads near one core).
 
-Times are the best of several timed loops (``time.perf_counter``); BLAS runs
+Times are the best of several timed loops (``time.perf_counter``; xtpu's and
+mpi4py's loops interleaved); the R = 1 step of one process is printed as the
+floor of a rank's step (a rank runs one such replica plus the exchanges). BLAS runs
 one thread per replica in both backends (OPENBLAS_NUM_THREADS=1 for the
 ranks; the threads backend limits BLAS to one thread while replicas run).
 """
@@ -47,6 +49,23 @@ def best_time(fn, repeats: int, inner: int, sync=None) -> float:
     return min(samples)
 
 
+def best_times(fns, repeats: int, inner: int, sync=None) -> list[float]:
+    """``best_time`` of each of ``fns``, their timed loops interleaved (so
+    that a busy moment of the shared machine hits them alike)."""
+    for fn in fns:
+        fn()
+    samples = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, got in zip(fns, samples):
+            if sync is not None:
+                sync()
+            t = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            got.append((time.perf_counter() - t) / inner)
+    return [min(got) for got in samples]
+
+
 def _inner(nbytes: int) -> int:
     return max(1, min(200, (1 << 22) // nbytes))
 
@@ -62,15 +81,15 @@ def mlp_inputs(R: int):
     return [[x, w, w2] for x in xs]
 
 
-def bench_mlp_step(repeats: int, sync=None) -> tuple[float, np.ndarray]:
+def bench_mlp_step(repeats: int, sync=None, R: int = 2) -> tuple[float, np.ndarray | None]:
     import run as bench_run
 
     import xtpu
 
-    inputs = mlp_inputs(2)
+    inputs = mlp_inputs(2)[:R]
     compiled = xtpu.lower(bench_run.mlp_step, inputs).compile()
     out = compiled(inputs)
-    return best_time(lambda: compiled(inputs), repeats, 20, sync), np.asarray(out[1][1])
+    return best_time(lambda: compiled(inputs), repeats, 20, sync), (np.asarray(out[1][1]) if R == 2 else None)
 
 
 def worker(repeats: int) -> None:
@@ -91,8 +110,8 @@ def worker(repeats: int) -> None:
         x = np.random.default_rng(rank).standard_normal(nbytes // 4).astype(np.float32)
         out = np.empty_like(x)
         inner = _inner(nbytes)
-        t_raw = best_time(lambda: comm.Allreduce(x, out, op=MPI.SUM), repeats, inner, comm.Barrier)
-        t_x = best_time(lambda: hybrid.all_reduce(rank, x, None), repeats, inner, comm.Barrier)
+        t_raw, t_x = best_times([lambda: comm.Allreduce(x, out, op=MPI.SUM),
+                                 lambda: hybrid.all_reduce(rank, x, None)], repeats, inner, comm.Barrier)
         got = hybrid.all_reduce(rank, x, None)
         comm.Allreduce(x, out, op=MPI.SUM)
         bus = nbytes * 2 * (P - 1) / P
@@ -114,6 +133,10 @@ def main() -> None:
     from xtpu.launch import find_mpiexec
 
     t_threads, gw_threads = bench_mlp_step(args.repeats)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):  # as in a rank
+        t_one, _ = bench_mlp_step(args.repeats, R=1)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.pop("XTPU_BACKEND", None)
     proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, os.path.abspath(__file__), "--worker",
@@ -132,6 +155,8 @@ def main() -> None:
     print("MLP step, R = 2 (x[64,256] per replica), every replica's outputs on every rank:")
     print(f"  2 threads: {t_threads * 1e3:.2f} ms   2 ranks: {res['mlp_ranks_s'] * 1e3:.2f} ms   "
           f"ranks / threads: {ratio:.2f}x (target <= 0.6x)   same gradient bits: {same}")
+    print(f"  one replica alone (R = 1, one process; the floor of a rank's step): {t_one * 1e3:.2f} ms "
+          f"= {t_one / t_threads:.2f}x the threads' time")
 
 
 if __name__ == "__main__":
