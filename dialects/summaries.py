@@ -63,6 +63,10 @@ class _Writer:
         from tensorboardX.event_file_writer import EventsWriter
         from tensorboardX.record_writer import directory_check
 
+        if "://" not in logdir:
+            # several processes (MPI ranks) may open the same logdir at once:
+            # tensorboardX's check-then-makedirs races (FileExistsError)
+            os.makedirs(logdir, exist_ok=True)
         directory_check(logdir)
         suffix = f".{os.getpid()}.{next(_uid)}{filename_suffix}"
         self.events = EventsWriter(os.path.join(logdir, "events"), suffix)

@@ -331,3 +331,35 @@ def test_program_run_after_its_writer_closed_reopens_the_directory(logdir):
     summaries.flush(logdir)
     assert len(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))) == 2
     assert sorted(scalars(logdir)) == [("x", 1.0, 1), ("x", 2.0, 1)]
+
+
+def _open_writer_at_the_barrier(logdir, barrier, errors):
+    barrier.wait()
+    try:
+        xtpu.summary.create_file_writer(logdir).close()
+    except Exception as e:  # noqa: BLE001 - reported to the parent
+        import traceback
+
+        errors.put(traceback.format_exc())
+
+
+def test_processes_opening_one_logdir_at_once():
+    """MPI ranks open the same logdir at the same moment: tensorboardX's
+    check-then-makedirs raced (FileExistsError on one rank of train_digits)."""
+    import multiprocessing as mp
+    import tempfile
+
+    ctx = mp.get_context("fork")
+    errors = ctx.Queue()
+    with tempfile.TemporaryDirectory() as root:
+        for trial in range(10):
+            logdir = os.path.join(root, f"run{trial}", "logs")
+            barrier = ctx.Barrier(6)
+            procs = [ctx.Process(target=_open_writer_at_the_barrier, args=(logdir, barrier, errors)) for _ in range(6)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join(60)
+            assert [p.exitcode for p in procs] == [0] * 6
+            assert errors.empty(), errors.get()
+            assert len(os.listdir(logdir)) == 6  # one event file each
