@@ -19,27 +19,24 @@ are backend-agnostic: they only rewrite the IR.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
-import time
+import sys
 
 import numpy as np
 
 import xtpu
 from xtpu.passes import DEFAULT_PIPELINE
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import loop_times  # noqa: E402 - benchmarks/run.py, next to this file
+
 BASE = ",".join(p for p in DEFAULT_PIPELINE if p != "ccl-combine-all-reduce")
 
 
 def median_time(fn, repeats: int, inner: int) -> float:
     """Seconds per call of ``fn``: the median of ``repeats`` loops of ``inner`` calls."""
-    fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        samples.append((time.perf_counter() - t0) / inner)
-    return statistics.median(samples)
+    return statistics.median(loop_times(fn, repeats, inner))
 
 
 def grad_shapes(k: int) -> list[tuple[int, ...]]:

@@ -34,8 +34,9 @@ import xtpu
 R, B, D = 8, 64, 256
 
 
-def best_time(fn, repeats: int, inner: int = 1) -> float:
-    """Seconds per call of ``fn``: the best of ``repeats`` loops of ``inner`` calls."""
+def loop_times(fn, repeats: int, inner: int = 1) -> list[float]:
+    """Seconds per call of ``fn`` in each of ``repeats`` loops of ``inner``
+    calls, after one call to warm up."""
     fn()
     samples = []
     for _ in range(repeats):
@@ -43,7 +44,12 @@ def best_time(fn, repeats: int, inner: int = 1) -> float:
         for _ in range(inner):
             fn()
         samples.append((time.perf_counter() - t) / inner)
-    return min(samples)
+    return samples
+
+
+def best_time(fn, repeats: int, inner: int = 1) -> float:
+    """Seconds per call of ``fn``: the best of ``repeats`` loops of ``inner`` calls."""
+    return min(loop_times(fn, repeats, inner))
 
 
 def mlp_step(x, w, w2):
