@@ -29,6 +29,7 @@ from .communicator import (
     ThreadCommunicator,
     _readonly,
     _fmt_group,
+    _fmt_operand,
     normalize_replica_groups,
     normalize_source_target_pairs,
     reduce_in_order,
@@ -40,6 +41,13 @@ from .workers import AbortSignal
 __all__ = ["HybridCommunicator", "MPICommunicator"]
 
 _TAG_DATA = 10
+_TAG_HEADER = 11
+# Each exchange sends with the operands (small ones: in the same message) a
+# header naming their dtype and shape (``_fmt_operand``'s text, zero-padded,
+# cut at _HEADER_BYTES), so that ranks whose replicas pass operands of
+# different shapes or dtypes get the threads backend's "mismatched operands"
+# error instead of a truncated or misread message.
+_HEADER_BYTES = 64
 # Operands up to this size (per rank and use) go through persistent requests.
 _PERSISTENT_BYTES = 1 << 16
 _SPIN_POLLS = 10  # Testall polls before the waiting loop (a message of another rank takes microseconds)
@@ -227,7 +235,12 @@ class HybridCommunicator(ThreadCommunicator):
 
     def _exchange(self, span: _Span, values, op: str) -> list:
         """This rank's members' operands to the group's other ranks and
-        theirs here; returns the whole group's operands in group order."""
+        theirs here; returns the whole group's operands in group order.
+
+        Raises:
+            XtpuRuntimeError: "mismatched operands" when a peer's header
+                names another shape or dtype.
+        """
         MPI = self.world.MPI
         first = values[0]
         if not isinstance(first, np.ndarray):
@@ -238,14 +251,20 @@ class HybridCommunicator(ThreadCommunicator):
             if dtype.hasobject:
                 raise XtpuRuntimeError(f"{op}: operands of dtype {dtype} cannot be sent between ranks")
             bufs = span.buffers = self._buffers(span, shape, dtype, len(values))
-        _, mine, recvs, template, persistent = bufs
+        _, mine, recvs, template, persistent, header, header_recvs = bufs
         full = list(template)  # views of the receive buffers at the peers' positions
-        if persistent is not None:  # small: copied into the send buffer of persistent requests
+        testall = MPI.Request.Testall
+        if persistent is not None:  # small: header and operands in one message (persistent requests)
             for j, v in enumerate(values):
                 mine[j][...] = v
             requests = persistent
             MPI.Prequest.Startall(requests)
-        else:
+        else:  # large: the header first, in a message of its own
+            comm = span.comm
+            header_requests = []
+            for (k, _, _), recv in zip(span.peers, header_recvs):
+                header_requests.append(comm.Irecv([recv, MPI.BYTE], source=k, tag=_TAG_HEADER))
+                header_requests.append(comm.Isend([header, MPI.BYTE], dest=k, tag=_TAG_HEADER))
             if len(values) == 1 and first.flags.c_contiguous:
                 send = [first, MPI.BYTE]  # sent as it is: no copy
                 full[span.mine[0]] = first
@@ -255,44 +274,91 @@ class HybridCommunicator(ThreadCommunicator):
                 send = [mine[0].base, MPI.BYTE]
                 for j, i in enumerate(span.mine):
                     full[i] = mine[j]
-            comm = span.comm
             requests = []
             for (k, _, _), recv in zip(span.peers, recvs):
                 requests.append(comm.Irecv(recv, source=k, tag=_TAG_DATA))
                 requests.append(comm.Isend(send, dest=k, tag=_TAG_DATA))
-        testall = MPI.Request.Testall
-        for _ in range(_SPIN_POLLS):
-            if testall(requests):
-                return full  # views of the span's buffers: the collectives' computations copy
-        self._wait_peers(span, requests, op)
+            if not testall(header_requests):
+                self._wait_peers(span, header_requests, op)
+            self._check_headers(span, first, header, header_recvs, op)
+        try:
+            for _ in range(_SPIN_POLLS):
+                if testall(requests):
+                    break
+            else:
+                self._wait_peers(span, requests, op)
+        except MPI.Exception:
+            # A larger operand than ours truncated: its header (the message's
+            # first bytes) still names it.
+            self._check_headers(span, first, header, header_recvs, op)
+            raise
+        if persistent is not None:
+            self._check_headers(span, first, header, header_recvs, op)
         return full  # views of the span's buffers: the collectives' computations copy
+
+    def _check_headers(self, span: _Span, first: np.ndarray, header, header_recvs: list, op: str) -> None:
+        expected = header.tobytes()
+        for recv in header_recvs:
+            if recv.tobytes() != expected:
+                self._mismatch(span, first, header_recvs, op)
+
+    def _mismatch(self, span: _Span, first: np.ndarray, header_recvs: list, op: str) -> None:
+        """Raise the threads backend's error for operands of different
+        shapes or dtypes, naming each member's operand and rank."""
+        described = {i: _fmt_operand(first) for i in span.mine}
+        rank_of = {i: self.world.rank for i in span.mine}
+        for (_, q, positions), recv in zip(span.peers, header_recvs):
+            text = bytes(recv).rstrip(b"\0").decode(errors="replace")
+            for i in positions:
+                described[i], rank_of[i] = text, q
+        desc = ", ".join(f"{self._name(span.group[i])} (rank {rank_of[i]}) has {described[i]}"
+                         for i in range(len(span.group)))
+        raise XtpuRuntimeError(
+            f"mismatched operands in {op} of group {_fmt_group(span.group)}: {desc}"
+        )
 
     def _buffers(self, span: _Span, shape, dtype, count: int) -> tuple:
         """The buffers of ``span`` for ``count`` local operands of ``shape,
         dtype``, reused from one use of the group to the next: this rank's
         operands (``mine``, per operand a view), one receive buffer per peer
         rank, the group-ordered list of views of the received operands
-        (and, for small operands, of ``mine``), and for small operands
+        (and, for small operands, of ``mine``), for small operands
         persistent requests (``MPI_Recv_init`` / ``MPI_Send_init``, two per
-        peer) that each use restarts."""
+        peer) that each use restarts, and the header (``_HEADER_BYTES``:
+        ``dtype[shape]``) sent and one received per peer. Small operands
+        travel after the header in one message; large ones on their own."""
         MPI = self.world.MPI
-        send = np.empty((count,) + shape, dtype)
+        header = np.zeros(_HEADER_BYTES, np.uint8)
+        text = f"{dtype}{list(shape)}".encode()[:_HEADER_BYTES]  # as _fmt_operand
+        header[:len(text)] = np.frombuffer(text, np.uint8)
+        one = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        small = count * one <= _PERSISTENT_BYTES
+        skip = _HEADER_BYTES if small else 0
+
+        def buffer(n: int):
+            raw = np.empty(skip + n * one, np.uint8)
+            if small:
+                raw[:_HEADER_BYTES] = header
+            return raw, raw[skip:].view(dtype).reshape((n,) + shape)
+
+        send_raw, send = buffer(count)
         mine = [send[j, ...] for j in range(count)]  # arrays, also when 0-d (send[j] would be a scalar)
-        recvs, template = [], [None] * len(span.group)
+        recvs, template, header_recvs = [], [None] * len(span.group), []
         for _, _, positions in span.peers:
-            buf = np.empty((len(positions),) + shape, dtype)
-            recvs.append([buf, MPI.BYTE])
+            raw, buf = buffer(len(positions))
+            recvs.append([raw, MPI.BYTE])
+            header_recvs.append(raw[:_HEADER_BYTES] if small else np.empty(_HEADER_BYTES, np.uint8))
             for j, i in enumerate(positions):
                 template[i] = buf[j, ...]
         persistent = None
-        if send.nbytes <= _PERSISTENT_BYTES:
+        if small:
             for j, i in enumerate(span.mine):
                 template[i] = mine[j]
             persistent = []
             for (k, _, _), recv in zip(span.peers, recvs):
                 persistent.append(span.comm.Recv_init(recv, source=k, tag=_TAG_DATA))
-                persistent.append(span.comm.Send_init([send, MPI.BYTE], dest=k, tag=_TAG_DATA))
-        return (shape, dtype), mine, recvs, template, persistent
+                persistent.append(span.comm.Send_init([send_raw, MPI.BYTE], dest=k, tag=_TAG_DATA))
+        return (shape, dtype), mine, recvs, template, persistent, header, header_recvs
 
     def _wait_peers(self, span: _Span, requests: list, op: str) -> None:
         """Wait for the exchange's requests (two per peer, in peer order):

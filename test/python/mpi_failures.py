@@ -6,7 +6,10 @@ replicas (replicas 2, 3 on rank 1) once, then:
 - ``raise``: the host function of replica 3 raises (a string that is no
   int32, as in test_fault_injection.py);
 - ``late``: rank 1 never reaches the next step's collective;
-- ``kill``: rank 1 is killed (SIGKILL) while steps run.
+- ``kill``: rank 1 is killed (SIGKILL) while steps run;
+- ``mismatch``: (an ``MPICommunicator``, one replica per rank, driven by
+  hand) replica 1 passes ``ccl.all_reduce`` a float32[4] where replica 0
+  passes a float32[3].
 
 Each rank prints ``rank R raised: <error>`` when its step raises, then lets
 the error end the job (xtpu.distributed's hook calls MPI_Abort).
@@ -31,7 +34,21 @@ def step(x):
     return xtpu.cross_replica_sum(xtpu.outside_compilation(host, x + 0.0 * xtpu.cross_replica_sum(x)))
 
 
+def mismatch() -> None:
+    from xtpu.runtime.mpi_communicator import MPICommunicator
+
+    comm = MPICommunicator()
+    rank = comm.rank
+    try:
+        comm.all_reduce(rank, np.ones(3 + rank, np.float32), None)
+    except Exception as e:  # noqa: BLE001 - reported, then re-raised
+        print(f"rank {rank} raised: {type(e).__name__}: {e}", flush=True)
+        raise
+
+
 def main(mode: str) -> None:
+    if mode == "mismatch":
+        return mismatch()
     xtpu.distributed.initialize()
     rank = xtpu.distributed.process_index()
     good = [[np.float32(r)] for r in range(4)]

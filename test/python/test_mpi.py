@@ -155,6 +155,21 @@ def test_a_host_function_raising_on_one_rank_stops_every_rank():
         assert "rank 1 failed: replica 3, op hlo.string_to_number" in errors[0]
 
 
+def test_operands_of_different_shapes_on_two_ranks_name_both_replicas_and_the_op():
+    # The threads backend's "mismatched operands" error (test_communicator.py),
+    # not an MPI truncation: each rank learns the other's operand from its header.
+    proc, elapsed = mpiexec(2, ["mpi_failures.py", "mismatch"], XTPU_TIMEOUT=str(TIMEOUT))
+    assert proc.returncode != 0
+    assert elapsed < LIMIT / 2
+    errors = raised(proc.stdout)
+    assert errors, proc.stdout + proc.stderr
+    expected = ("XtpuRuntimeError: mismatched operands in ccl.all_reduce of group [0, 1]: "
+                "replica 0 (rank 0) has float32[3], replica 1 (rank 1) has float32[4]")
+    for rank, error in errors.items():
+        assert error == expected, (rank, proc.stdout)
+    assert "truncat" not in (proc.stdout + proc.stderr).lower()
+
+
 def test_a_rank_that_never_reaches_the_collective_times_out_the_others():
     proc, elapsed = mpiexec(2, ["mpi_failures.py", "late"], XTPU_TIMEOUT=str(TIMEOUT))
     assert proc.returncode != 0
