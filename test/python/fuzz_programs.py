@@ -59,6 +59,7 @@ from typing import Any, Callable
 import numpy as np
 
 import xtpu
+from xtpu.dialects.tensor_spec import TensorSpec
 
 FLOAT = ("float32", "float64")
 INT = ("int32", "int64")
@@ -205,18 +206,8 @@ class HypothesisChooser(Chooser):
 # --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Spec:
-    shape: tuple
-    dtype: str
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+# A value's static shape and dtype: xtpu's own (tf.TensorSpec's) record.
+Spec = TensorSpec
 
 
 @dataclass
