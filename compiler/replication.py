@@ -425,6 +425,7 @@ class Compiled:
         self.out_tree = out_tree
         self.stages = stages
         self.executable = Executable(module, timeout=timeout)
+        self._plain = _plain_specs(sig)
 
     def as_text(self, generic: bool = False) -> str:
         """The lowered module as MLIR text."""
@@ -439,6 +440,9 @@ class Compiled:
             for (with maximum_shapes: an input larger than its padded shape).
           xtpu.runtime.errors.XtpuRuntimeError: a worker failed.
         """
+        flat = _plain_inputs(inputs, self._plain)
+        if flat is not None:  # numpy arrays of the compiled shapes and dtypes
+            return self._run(flat, checked=True)
         # Logical cores per replica come from the device assignment the
         # program was compiled with, not from the inputs.
         compiled = self.signature
@@ -452,16 +456,54 @@ class Compiled:
             raise ValueError(f"inputs do not match the compiled program: {self.signature.mismatch(sig)}")
         return self._run(flat)
 
-    def _run(self, flat: list[list[np.ndarray]]) -> list[Any]:
+    def _run(self, flat: Sequence[Sequence[np.ndarray]], checked: bool = False) -> list[Any]:
         n = self.signature.num_replicas
         k = len(self.signature.all_specs)
         args = [flat[r][i] for i in range(k) for r in range(n)]
-        outs = self.executable.run(args)
+        outs = self.executable.run(args, checked=checked)
         m = len(outs) // n if n else 0
         if self.signature.dynamic:  # slice each output to its real sizes
             m = self.out_tree.num_leaves
             return [pytree.unflatten(self.out_tree, _real_outputs(outs, m, n, r)) for r in range(n)]
         return [pytree.unflatten(self.out_tree, [outs[j * n + r] for j in range(m)]) for r in range(n)]
+
+
+def _plain_specs(sig: Signature) -> tuple[int, tuple[tuple[tuple[int, ...], np.dtype], ...]] | None:
+    """``(replicas, ((shape, numpy dtype), ...))`` when each replica takes a
+    flat list of numeric arrays (no ``maximum_shapes``, no infeed): the
+    inputs :func:`_plain_inputs` takes without flattening; else None."""
+    leaf = pytree.TreeDef("leaf", None, ())
+    if sig.dynamic or sig.infeed is not None or sig.num_cores != 1:
+        return None
+    if sig.treedef != pytree.TreeDef("list", None, (leaf,) * len(sig.specs)):
+        return None
+    dtypes = tuple(np.dtype(s.dtype) for s in sig.specs if s.dtype != "string")
+    if len(dtypes) != len(sig.specs):
+        return None
+    return sig.num_replicas, tuple(zip((s.shape for s in sig.specs), dtypes))
+
+
+def _plain_inputs(inputs: Any, plain: Any) -> Sequence[Sequence[np.ndarray]] | None:
+    """``inputs`` itself when it is what ``plain`` (:func:`_plain_specs`)
+    describes: a list or tuple per replica of numpy arrays (not subclasses)
+    of exactly the compiled shapes and dtypes, the common case of a training
+    loop, checked without :func:`_flatten_replicas`'s pytree walk and
+    conversions (40 us of an 8-replica, 3-input call).  None for anything
+    else, which the general path converts, or rejects with its message."""
+    if plain is None or type(inputs) not in (list, tuple):
+        return None
+    n, specs = plain
+    if len(inputs) != n:
+        return None
+    k = len(specs)
+    ndarray = np.ndarray
+    for rep in inputs:
+        if type(rep) not in (list, tuple) or len(rep) != k:
+            return None
+        for a, (shape, dtype) in zip(rep, specs):
+            if type(a) is not ndarray or a.shape != shape or a.dtype != dtype:
+                return None
+    return inputs
 
 
 def _real_outputs(outs: list[Any], m: int, n: int, r: int) -> list[Any]:

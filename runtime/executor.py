@@ -670,9 +670,12 @@ class Executable:
         return self.world.all_replicas(dict(zip(self.local_replicas, local)), self.num_replicas,
                                        self.timeout, self.abort, shared)
 
-    def run(self, args: Sequence[Any]) -> list[np.ndarray]:
+    def run(self, args: Sequence[Any], checked: bool = False) -> list[np.ndarray]:
         """Run ``@main`` on its flat arguments; returns its flat results as
-        numpy arrays of the declared shapes and dtypes.
+        numpy arrays of the declared shapes and dtypes.  ``checked``: the
+        caller guarantees numpy arrays of exactly the declared shapes and
+        dtypes (replication.py's plain inputs), which are then not checked
+        again.
 
         Raises:
           ValueError: wrong number, shapes or dtypes of arguments; an
@@ -685,12 +688,15 @@ class Executable:
         expected = self._arg_specs
         if len(args) != len(expected):
             raise ValueError(f"@main takes {len(expected)} arguments, got {len(args)}")
-        conv = []
-        for i, (a, (shape, dtype, s)) in enumerate(zip(args, expected)):
-            arr = np.asarray(a)
-            if arr.shape != shape or arr.dtype != dtype:
-                raise ValueError(f"argument {i} of @main must be {s}, got {arr.dtype.name}{list(arr.shape)}")
-            conv.append(arr)
+        if checked:
+            conv = list(args)
+        else:
+            conv = []
+            for i, (a, (shape, dtype, s)) in enumerate(zip(args, expected)):
+                arr = np.asarray(a)
+                if arr.shape != shape or arr.dtype != dtype:
+                    raise ValueError(f"argument {i} of @main must be {s}, got {arr.dtype.name}{list(arr.shape)}")
+                conv.append(arr)
         with self._lock:  # one run at a time: channels and collectives are shared
             if self.state.closed:
                 raise RuntimeError("the executable was closed")

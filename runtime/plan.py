@@ -16,8 +16,9 @@ import time
 import weakref
 from typing import Any, Callable, Sequence
 
+import numpy as np
 from xdsl.ir import Block, Operation, SSAValue
-from xdsl.traits import IsTerminator
+from xdsl.traits import IsTerminator, Pure
 
 from xtpu.dialects.hlo import ConstantOp, IotaOp
 from xtpu.dialects.hlo_host import StringConstantOp
@@ -25,6 +26,8 @@ from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.runtime import profiler as _profiler
 
 CONSTANT_OPS = (ConstantOp, StringConstantOp, IotaOp)
+#: Largest result a plan folds from constants (:meth:`Plan._fold`), bytes.
+FOLD_BYTES = 1 << 24
 #: A region op's kernel -> the ``(run, K)`` of its regions' plans.
 REGION_RUNNERS: "weakref.WeakKeyDictionary[Callable[..., Any], list]" = weakref.WeakKeyDictionary()
 _UNSET = object()
@@ -79,6 +82,7 @@ class Plan:
         # over the values the regions use from outside the op.
         self.regions: dict[int, tuple[list[Plan], list[SSAValue]]] = {}
         names: dict[SSAValue, str] = {}
+        constant_of: dict[SSAValue, int] = {}  # a constant value -> its op's index
         inputs = list(block.args) + self.captures
         for i, a in enumerate(inputs):
             names[a] = f"a{i}"
@@ -110,6 +114,13 @@ class Plan:
             if isinstance(op, CONSTANT_OPS) and len(op.results) == 1:
                 # Its value is K[i]: uses read k{i}, no line of its own.
                 names[op.results[0]] = f"k{i}"
+                constant_of[op.results[0]] = i
+                continue
+            if not op.regions and self._fold(i, op, constant_of):
+                # A pure op of constants (a broadcast constant, say) is a
+                # constant too: evaluated once here, no line of its own.
+                names[op.results[0]] = f"k{i}"
+                constant_of[op.results[0]] = i
                 continue
             outs = []
             for r in op.results:
@@ -152,11 +163,8 @@ class Plan:
         m, seq = self.replicas, self.sequences
         out = []
         for i, op in enumerate(self.ops):
-            if isinstance(op, CONSTANT_OPS):
-                # Evaluated once per plan: constants are read-only arrays.
-                value = self._constants.get(i, _UNSET)
-                if value is _UNSET:
-                    value = self._constants[i] = pure_kernel(op)()
+            if isinstance(op, CONSTANT_OPS) or i in self._constants:
+                value = self._constant(i)
                 out.append((value,) * m if seq else value)
             elif seq and self._runs_together(op):
                 if i in self.regions:  # its regions' plans run for all m replicas
@@ -181,6 +189,37 @@ class Plan:
                         per.append(f(op))
                 out.append(tuple(per) if seq else per[0])
         return tuple(out)
+
+    def _constant(self, i: int) -> Any:
+        """The value of constant op ``i`` (a folded op's was set when the
+        plan was built), evaluated once per plan: constants are read-only
+        arrays shared by every replica and call."""
+        value = self._constants.get(i, _UNSET)
+        if value is _UNSET:
+            value = self._constants[i] = _readonly(pure_kernel(self.ops[i])())
+        return value
+
+    def _fold(self, i: int, op: Operation, constant_of: dict[SSAValue, int]) -> bool:
+        """Evaluate op ``i`` now when it is a pure ``hlo`` op whose operands
+        are all constants (``hlo.broadcast_in_dim`` of a constant, the
+        arithmetic of constants), as XLA's constant folding does; the same
+        kernel on the same values, so the results are the same bits.  Not
+        when it would raise (the run reports that error, with the replica
+        and the op's source line) or make an array over :data:`FOLD_BYTES`
+        (kept for the plan's life)."""
+        if not (isinstance(op, PrimitiveOp) and op.operands and len(op.results) == 1
+                and op.name.startswith("hlo.") and op.has_trait(Pure)
+                and not type(op).HOST_ONLY and not type(op).SIDE_EFFECTS
+                and all(v in constant_of for v in op.operands) and not self._runs_together(op)):
+            return False
+        try:
+            value = pure_kernel(op)(*(self._constant(constant_of[v]) for v in op.operands))
+        except Exception:  # noqa: BLE001 - left to the run, which names the op
+            return False
+        if not isinstance(value, np.ndarray | np.generic) or value.nbytes > FOLD_BYTES:
+            return False
+        self._constants[i] = _readonly(value)
+        return True
 
     def _runs_together(self, op: Operation) -> bool:
         """``together(op)``, or a region op (``hlo.if``, ``hlo.while``)
@@ -227,6 +266,14 @@ def running_op(frame) -> Operation | None:
                 return plan.ops[i]
         frame = frame.f_back
     return None
+
+
+def _readonly(value: Any) -> Any:
+    """``value`` made read-only when it is an array (a constant shared by
+    every replica and call must not be written through)."""
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    return value
 
 
 def _ident(name: str) -> str:

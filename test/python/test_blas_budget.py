@@ -88,3 +88,29 @@ def test_a_run_holds_blas_at_the_budget_and_restores_it(inter_op, per_replica):
         np.testing.assert_array_equal(out[r][0], xs[r][0] @ xs[r][0])
     assert seen and seen[0][0] == per_replica and set(seen[0][1]) == {per_replica}
     assert blas_threads() == before
+
+
+def test_the_count_a_user_set_between_runs_is_the_one_restored():
+    # The limit reads each library's count at the first run in, so a count
+    # the user changed (threadpoolctl) since the last run comes back, not
+    # the one of the process's start.
+    from threadpoolctl import threadpool_limits
+
+    if not blas_threads():
+        pytest.skip("numpy has no BLAS that threadpoolctl controls")
+    xtpu.config.threading.set_intra_op_parallelism_threads(1)
+    lim = blas_budget.limit(2)  # 1 core // 2 workers: one thread
+    with threadpool_limits(limits=2, user_api="blas"):
+        with lim:
+            assert set(blas_threads()) == {1}
+            with lim:  # counted: the inner exit leaves the limit on
+                pass
+            assert set(blas_threads()) == {1}
+        assert set(blas_threads()) == {2}
+        with threadpool_limits(limits=1, user_api="blas"):
+            with lim:  # already at the limit: nothing to set or restore
+                assert set(blas_threads()) == {1}
+                assert blas_budget._restore == [] or all(
+                    c.get_num_threads() == 1 for c, _ in blas_budget._restore)
+            assert set(blas_threads()) == {1}
+        assert set(blas_threads()) == {2}
