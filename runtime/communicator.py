@@ -44,7 +44,7 @@ from typing import Sequence
 import numpy as np
 
 from .errors import Aborted, RuntimeTimeoutError, XtpuRuntimeError
-from .workers import MAX_WAIT, AbortSignal, resolve_timeout, will_block
+from .workers import MAX_WAIT, AbortSignal, resolve_timeout, run_workers, will_block
 
 __all__ = [
     "Communicator",
@@ -201,13 +201,54 @@ def reduce_in_order(values: Sequence[np.ndarray], reduction: str) -> np.ndarray:
             f"unknown reduction {reduction!r}; expected one of {sorted(REDUCTIONS)}"
         ) from None
     out = np.empty_like(values[0])
+    chunks = _reduce_chunks(values)
+    if chunks > 1:
+        # Every element is still reduced left to right (the same bits);
+        # contiguous parts of the elements on ``chunks`` threads at once
+        # (numpy releases the GIL in large ufunc loops).
+        flat = [v.reshape(-1) for v in values]
+        dest = out.reshape(-1)
+        bounds = [len(dest) * i // chunks for i in range(chunks + 1)]
+        run_workers([(f"{reduction} of elements {lo}:{hi}",
+                      lambda lo=lo, hi=hi: _fold(fn, [f[lo:hi] for f in flat], dest[lo:hi]))
+                     for lo, hi in zip(bounds, bounds[1:])], AbortSignal())
+        return out
+    _fold(fn, values, out)
+    return out
+
+
+def _fold(fn, values: Sequence[np.ndarray], out: np.ndarray) -> None:
+    """``out = ((v0 fn v1) fn v2) ...`` in place."""
     if len(values) == 1:
         out[...] = values[0]
-        return out
+        return
     fn(values[0], values[1], out=out)
     for v in values[2:]:
         fn(out, v, out=out)
-    return out
+
+
+#: Element operations (operand size x (operands - 1)) from which a
+#: reduction is split over threads, and the fewest elements a thread
+#: gets: below them the hand-off to another thread (~25 us on this 2-core
+#: machine) costs more than it saves (benchmarks/run.py's
+#: cross_replica_sum of 1e6 float32: R=8 0.82 -> 0.47 ms, R=4 0.27 -> 0.25 ms;
+#: R=2, one add: 0.12 -> 0.17 ms, so not split).
+PARALLEL_REDUCE_OPS = 1 << 21
+PARALLEL_REDUCE_MIN_CHUNK = 1 << 18
+
+
+def _reduce_chunks(values: Sequence[np.ndarray]) -> int:
+    """How many threads reduce ``values`` (1: this one alone): the cores
+    xtpu may use, when the work is large enough and every operand is one
+    C-contiguous block of numbers."""
+    size = values[0].size
+    if len(values) < 2 or size * (len(values) - 1) < PARALLEL_REDUCE_OPS:
+        return 1
+    if values[0].dtype.kind not in "biufc" or not all(v.flags.c_contiguous for v in values):
+        return 1
+    from .blas_budget import cores
+
+    return max(1, min(cores(), size // PARALLEL_REDUCE_MIN_CHUNK))
 
 
 def _check_dim(op: str, name: str, dim: int, value: np.ndarray, parts: int | None) -> int:
