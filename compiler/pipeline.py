@@ -302,14 +302,29 @@ def parse_pipeline(
         option value; one line, with the nearest pass or option names
         (``did you mean tpu-lower-cross-replica-sum?``).
     """
-    from xdsl.utils.arg_spec import parse_pipeline as parse_specs
-
     if not isinstance(spec, str):
         spec = ",".join(spec)
     if not spec:
         return ()
     if available is None:
-        available = available_passes()
+        # Passes are frozen dataclasses (xDSL's ModulePass), so a spec's
+        # passes serve every compile that asks for it: building them (xDSL
+        # reads each pass's type hints) was a tenth of compiling a small
+        # program.
+        cached = _PARSED.get(spec)
+        if cached is None:
+            cached = _PARSED[spec] = _parse_pipeline(spec, available_passes())
+        return cached
+    return _parse_pipeline(spec, available)
+
+
+#: spec -> its passes, for xtpu's own registry (:func:`parse_pipeline`).
+_PARSED: dict[str, tuple[ModulePass, ...]] = {}
+
+
+def _parse_pipeline(spec: str, available: Mapping[str, Callable[[], type[ModulePass]]]) -> tuple[ModulePass, ...]:
+    from xdsl.utils.arg_spec import parse_pipeline as parse_specs
+
     try:
         specs = list(parse_specs(spec))
     except ArgSpecParseError as e:

@@ -178,12 +178,11 @@ class Executable:
         self.main_plan = Plan(main.body.block, "main")
         self.main_kernels = self.main_plan.kernels(self._main_kernel)
         self.device_plan = Plan(self.replicate.body.block if self.replicate is not None else Block(), "device")
-        # One kernel tuple per participant p = r * C + c.
-        self.device_kernels = [
-            self.device_plan.kernels(lambda op, r=r, c=c: self._device_kernel(op, r, c))
-            for r in range(self.num_replicas)
-            for c in range(self.num_cores)
-        ]
+        # One kernel tuple per participant p = r * C + c (built below).
+        self.device_kernels = _ParticipantKernels(
+            self.num_replicas * self.num_cores,
+            lambda p: self.device_plan.kernels(lambda op: self._device_kernel(op, p // self.num_cores,
+                                                                              p % self.num_cores)))
         # The sequential mode (runtime/sequential.py): why the program cannot
         # run in it (None: it can), whether the cost model prefers it, and
         # its plan for this process's replicas (built at its first run).
@@ -201,6 +200,15 @@ class Executable:
         )
         #: threads -> per thread (its replicas, plan, kernels): built at the first run.
         self._grouped: dict[int, list[tuple[list[int], Plan, tuple]]] = {}
+        # A program that runs a thread per replica needs every participant's
+        # kernels: built now, where a kernel that cannot be built fails the
+        # compile; else the first participant's (every op's kernel checked
+        # once) and the others' at their first run in that mode.
+        if self._sequential_reason is not None:
+            self.device_kernels.build_all([r * self.num_cores + c for r in self.local_replicas
+                                           for c in range(self.num_cores)])
+        elif self.num_replicas:
+            self.device_kernels[self.local_replicas[0] * self.num_cores if self.local_replicas else 0]
         self.host_workers: list[HostWorker] = []
         for cluster, fn in self.host_fns:
             plan = Plan(fn.body.block, "host_" + "".join(c if c.isalnum() else "_" for c in cluster))
@@ -884,6 +892,36 @@ def _by_output(per_replica: list[tuple], n: int, m: int) -> Any:
 def _shutdown(channels: ChannelTable, state: RunState) -> None:
     state.close()
     channels.close_all()
+
+
+class _ParticipantKernels:
+    """Per participant ``p`` its kernel tuple for the device plan, built by
+    ``build(p)`` at its first use (a step run in blocks or sequentially
+    never uses them: at 8 replicas building them all was a third of the
+    Executable's build)."""
+
+    __slots__ = ("_kernels", "_build", "_lock")
+
+    def __init__(self, participants: int, build: Callable[[int], tuple]) -> None:
+        self._kernels: list[tuple | None] = [None] * participants
+        self._build = build
+        self._lock = threading.Lock()
+
+    def __getitem__(self, p: int) -> tuple:
+        k = self._kernels[p]
+        if k is None:
+            with self._lock:  # replica threads may ask at once
+                k = self._kernels[p]
+                if k is None:
+                    k = self._kernels[p] = self._build(p)
+        return k
+
+    def __len__(self) -> int:
+        return len(self._kernels)
+
+    def build_all(self, participants: Sequence[int]) -> None:
+        for p in participants:
+            self[p]
 
 
 def _root(a: np.ndarray) -> Any:

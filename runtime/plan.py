@@ -207,10 +207,10 @@ class Plan:
         when it would raise (the run reports that error, with the replica
         and the op's source line) or make an array over :data:`FOLD_BYTES`
         (kept for the plan's life)."""
-        if not (isinstance(op, PrimitiveOp) and op.operands and len(op.results) == 1
+        if not (op.operands and all(v in constant_of for v in op.operands)  # cheap, and most often false
+                and isinstance(op, PrimitiveOp) and len(op.results) == 1
                 and op.name.startswith("hlo.") and op.has_trait(Pure)
-                and not type(op).HOST_ONLY and not type(op).SIDE_EFFECTS
-                and all(v in constant_of for v in op.operands) and not self._runs_together(op)):
+                and not type(op).HOST_ONLY and not type(op).SIDE_EFFECTS and not self._runs_together(op)):
             return False
         try:
             value = pure_kernel(op)(*(self._constant(constant_of[v]) for v in op.operands))

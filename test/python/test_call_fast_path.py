@@ -152,3 +152,46 @@ def test_a_fold_larger_than_the_cap_stays_an_op(monkeypatch):
     plan = c.executable.device_plan
     assert not [i for i, op in enumerate(plan.ops) if not isinstance(op, plan_mod.CONSTANT_OPS) and i in plan._constants]
     np.testing.assert_array_equal(c(inputs)[0][0], inputs[0][0] * np.float32(0.5))
+
+
+# -- what a compile builds ------------------------------------------------------
+
+
+def test_participant_kernels_are_built_when_a_mode_needs_them():
+    inputs = data(R=4)
+    xtpu.config.threading.set_inter_op_parallelism_threads(1)
+    try:
+        c = xtpu.lower(step, inputs).compile()
+        built = lambda: [k is not None for k in c.executable.device_kernels._kernels]  # noqa: E731
+        assert built() == [True, False, False, False]  # the first checks every op's kernel
+        sequential = c(inputs)
+        assert built() == [True, False, False, False]  # one thread for all: its own kernels
+        xtpu.config.threading.set_inter_op_parallelism_threads(4)  # a thread per replica
+        threads = c(inputs)
+        assert built() == [True] * 4
+    finally:
+        xtpu.config.threading.set_inter_op_parallelism_threads(0)
+    for r in range(4):
+        np.testing.assert_allclose(threads[r][0], sequential[r][0], rtol=1e-6)
+        np.testing.assert_allclose(threads[r][0], reference(inputs), rtol=1e-5, atol=1e-6)
+
+
+def test_a_program_with_a_host_cluster_builds_every_participant_at_compile():
+    inputs = [[np.float32(r)] for r in range(3)]
+    c = xtpu.lower(lambda x: xtpu.outside_compilation(lambda v: v + 1.0, xtpu.math.exp(x)) * 2.0,
+                   inputs).compile()
+    assert c.executable.replica_execution[0] == "threads"
+    assert all(k is not None for k in c.executable.device_kernels._kernels)
+    assert [float(o[0]) for o in c(inputs)] == [(np.exp(np.float32(r)) + 1) * 2 for r in range(3)]
+
+
+def test_a_pipeline_spec_is_parsed_once_and_bad_specs_still_fail_every_time():
+    from xtpu.pipeline import PipelineError, parse_pipeline
+
+    spec = "tpu-lower-cross-replica-sum,ccl-combine-all-reduce{threshold-bytes=1024}"
+    first = parse_pipeline(spec)
+    assert parse_pipeline(spec) is first
+    assert first[1].threshold_bytes == 1024
+    for _ in range(2):
+        with pytest.raises(PipelineError, match="did you mean tpu-lower-cross-replica-sum"):
+            parse_pipeline("tpu-lower-cross-replica-summ")
