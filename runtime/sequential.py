@@ -190,6 +190,8 @@ def preferred_threads(body: Operation, replicas: int, cores: int) -> int:
     floats at 2 replicas 0.58 ms on one thread, 0.40-0.43 on two, at 8
     replicas 3.4, 2.8 and 3.3 ms.
     """
+    if replicas <= 1:  # one replica runs in one thread whatever its work
+        return 1
     flops, elements = work(body)
     t_other = elements * SECONDS_PER_ELEMENT
     t_blas = flops / BLAS_FLOPS_PER_CORE

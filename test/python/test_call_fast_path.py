@@ -195,3 +195,19 @@ def test_a_pipeline_spec_is_parsed_once_and_bad_specs_still_fail_every_time():
     for _ in range(2):
         with pytest.raises(PipelineError, match="did you mean tpu-lower-cross-replica-sum"):
             parse_pipeline("tpu-lower-cross-replica-summ")
+
+
+def test_one_replica_skips_the_execution_cost_model(monkeypatch):
+    from xtpu.runtime import sequential
+
+    def walked(*a, **k):
+        raise AssertionError("walked the body")
+
+    for name in ("ineligible", "collectives_in_regions", "work"):
+        monkeypatch.setattr(sequential, name, walked)
+    one = [[np.arange(4, dtype=np.float32)]]
+    c = xtpu.lower(lambda x: xtpu.cross_replica_sum(x * 2.0), one).compile()
+    assert c.executable.replica_execution == ("sequential", "xtpu's cost model")
+    np.testing.assert_array_equal(c(one)[0][0], one[0][0] * 2)
+    with pytest.raises(AssertionError, match="walked the body"):  # two replicas need the model
+        xtpu.lower(lambda x: xtpu.cross_replica_sum(x * 2.0), one * 2).compile()
