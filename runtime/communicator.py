@@ -24,11 +24,15 @@ Contract common to both:
 - ``all_reduce`` and ``reduce_scatter`` combine the contributions once, in
   ascending participant id: ``((v[a] + v[b]) + v[c]) + ...`` for the group's
   ids sorted ``a < b < c ...`` (whatever order the group lists them in), so
-  results are bitwise reproducible and identical on every member.
+  results are bitwise reproducible and identical on every member. A large
+  reduction (:data:`PARALLEL_REDUCE_OPS`) splits its elements over the
+  cores, each element still combined in that order (the same bits).
 - ``all_gather``, ``reduce_scatter`` and ``all_to_all`` order their pieces
   by position in the group as listed (StableHLO).
-- Results are new, read-only numpy arrays (they never alias an operand;
-  members of a group may share one result object). Copy before writing.
+- Results are read-only numpy arrays (members of a group may share one
+  result object); a group of one gets a read-only view of its own operand
+  (StableHLO's result equals it: no copy), larger groups new arrays that
+  alias no operand. Copy before writing.
 - Waits end with :class:`~xtpu.runtime.errors.RuntimeTimeoutError` after
   ``timeout`` seconds or :class:`~xtpu.runtime.errors.Aborted` as soon as the
   run's abort signal is set.
