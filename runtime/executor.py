@@ -940,8 +940,9 @@ def _root(a: np.ndarray) -> Any:
 
 def _input_roots(inputs: list[np.ndarray]) -> set[int] | None:
     """Ids of the arrays owning the inputs' memory, or None when an input
-    views a foreign buffer (then :func:`_detached` compares with each input)."""
-    roots = [_root(i) for i in inputs if i.ndim]
+    views a foreign buffer (then :func:`_detached` compares with each input).
+    0-d inputs too: a caller's 0-d array is as writable as any other."""
+    roots = [_root(i) for i in inputs]
     if not all(isinstance(r, np.ndarray) for r in roots):
         return None
     return {id(r) for r in roots}
@@ -960,17 +961,17 @@ def _detached(x: Any, inputs: list[np.ndarray], roots: set[int] | None = None) -
     if x is None:  # another rank's replica (MPI backend, outputs="local")
         return None
     a = np.asarray(x)
-    if a.ndim:
-        # A view of an input, or an input itself (a program that returns
-        # its argument): the caller's array must not come back as an output.
-        root = _root(a)
-        if roots is not None and isinstance(root, np.ndarray):
-            return a.copy() if id(root) in roots else a
-        if a.base is None and not any(a is i for i in inputs):
-            return a
-        for i in inputs:
-            if i.ndim and np.may_share_memory(a, i):
-                return a.copy()
+    # A view of an input, or an input itself (a program that returns its
+    # argument, a 0-d one too): the caller's array must not come back as an
+    # output.
+    root = _root(a)
+    if roots is not None and isinstance(root, np.ndarray):
+        return a.copy() if id(root) in roots else a
+    if a.base is None and not any(a is i for i in inputs):
+        return a
+    for i in inputs:
+        if np.may_share_memory(a, i):
+            return a.copy()
     return a
 
 

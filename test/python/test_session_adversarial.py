@@ -1,0 +1,376 @@
+"""Adversarial tests of the call path, plan and runtime changes of one
+session: plain inputs (compiler/replication.py ``_plain_inputs``), constant
+folding in plans (runtime/plan.py ``Plan._fold``), reductions split over
+threads (runtime/communicator.py ``reduce_in_order``), the counted BLAS
+limit (runtime/blas_budget.py ``_Limit``), lazily built per-participant
+kernels (runtime/executor.py ``_ParticipantKernels``) and the per-process
+cache of parsed pipelines (compiler/pipeline.py ``parse_pipeline``).
+
+Every result is checked against an independent reference: numpy, the
+general call path (``Compiled._plain = None``), the plan without folding
+(``FOLD_BYTES = -1``), the one-thread left fold, the threads mode.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+
+import xtpu
+from xtpu import replication
+from xtpu.runtime import blas_budget
+from xtpu.runtime import communicator as comm
+from xtpu.runtime import plan as plan_mod
+from xtpu.runtime.errors import XtpuRuntimeError
+
+
+@pytest.fixture
+def inter_op():
+    """Sets the inter-op threads (replica threads) for a test, reset after."""
+    yield xtpu.config.threading.set_inter_op_parallelism_threads
+    xtpu.config.threading.set_inter_op_parallelism_threads(0)
+
+
+@pytest.fixture
+def intra_op():
+    yield xtpu.config.threading.set_intra_op_parallelism_threads
+    xtpu.config.threading.set_intra_op_parallelism_threads(0)
+
+
+def general(c, inputs):
+    """``c(inputs)`` through the general path (pytree walk, conversions)."""
+    saved, c._plain = c._plain, None
+    try:
+        return c(inputs)
+    finally:
+        c._plain = saved
+
+
+def aliases(a, arrays):
+    return any(np.shares_memory(a, b) for b in arrays if isinstance(a, np.ndarray) and isinstance(b, np.ndarray))
+
+
+# -- plain inputs ------------------------------------------------------------------
+
+
+def odd_layouts(base):
+    """Arrays equal to ``base`` (a float32 4x6 array) in unusual layouts."""
+    big = np.zeros((8, 12), np.float32)
+    big[::2, ::2] = base
+    ro = base.copy()
+    ro.flags.writeable = False
+    return {
+        "strided view": big[::2, ::2],
+        "fortran": np.asfortranarray(base),
+        "transposed view": np.ascontiguousarray(base.T).T,
+        "read-only": ro,
+        "negative strides": base[::-1, ::-1].copy()[::-1, ::-1],
+    }
+
+
+@pytest.mark.parametrize("layout", ["strided view", "fortran", "transposed view", "read-only", "negative strides"])
+def test_plain_inputs_in_any_layout_give_numpys_values_and_stay_untouched(layout):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((6, 3)).astype(np.float32)
+    bases = [rng.standard_normal((4, 6)).astype(np.float32) for _ in range(3)]
+    xs = [odd_layouts(b)[layout] for b in bases]
+    before = [x.copy() for x in xs]
+    inputs = [[x, w] for x in xs]
+
+    def step(x, w):
+        return x @ w, xtpu.cross_replica_sum(x * 2.0), x  # the last one: the input itself
+
+    c = xtpu.lower(step, [[b, w] for b in bases]).compile()
+    assert replication._plain_inputs(inputs, c._plain) is inputs
+    fast = c(inputs)
+    slow = general(c, inputs)
+    total = (before[0] * np.float32(2) + before[1] * np.float32(2)) + before[2] * np.float32(2)
+    for r in range(3):
+        np.testing.assert_allclose(fast[r][0], before[r] @ w, rtol=1e-5, atol=1e-6)
+        assert fast[r][1].tobytes() == total.tobytes()
+        np.testing.assert_array_equal(fast[r][2], before[r])
+        for a, b in zip(fast[r], slow[r]):
+            assert a.tobytes() == b.tobytes()
+        for out in fast[r] + slow[r]:
+            assert not aliases(out, xs), "an output shares memory with a caller's input"
+        np.testing.assert_array_equal(xs[r], before[r])  # the inputs are not written
+
+
+@pytest.mark.parametrize("path", ["plain", "general"])
+def test_a_zero_d_input_returned_by_the_program_is_not_the_callers_array(path):
+    # The caller's 0-d arrays (and a 0-d view of a larger one) are mutable:
+    # an output that is one of them would change when the caller writes it.
+    big = np.arange(4, dtype=np.float32)
+    inputs = [[np.array(1.5, np.float32)], [big[..., 2]]]
+    assert inputs[1][0].base is big
+    c = xtpu.lower(lambda x: (x, x * 2.0), [[np.float32(0)], [np.float32(0)]]).compile()
+    assert replication._plain_inputs(inputs, c._plain) is inputs
+    out = c(inputs) if path == "plain" else general(c, inputs)
+    for r, want in enumerate([1.5, 2.0]):
+        assert float(out[r][0]) == want and float(out[r][1]) == 2 * want
+        assert not aliases(out[r][0], [inputs[r][0], big])
+    inputs[0][0][()] = 7.0  # the caller reuses its buffers for the next step
+    big[2] = 9.0
+    assert [float(out[r][0]) for r in range(2)] == [1.5, 2.0]
+
+
+def test_the_same_array_for_every_replica_and_caller_mutation_between_calls():
+    x = np.arange(12, dtype=np.int64).reshape(3, 4)
+    inputs = [[x, np.array(r, np.int64)] for r in range(4)]  # one array object shared by every replica
+
+    def step(x, k):
+        return x, xtpu.cross_replica_sum(x * k), x + k
+
+    c = xtpu.lower(step, inputs).compile()
+    assert replication._plain_inputs(inputs, c._plain) is inputs
+    first = c(inputs)
+    kept = [[o.copy() for o in rep] for rep in first]
+    outs = [first[r][0] for r in range(4)]
+    assert all(not np.shares_memory(o, x) for o in outs)
+    x += 100  # in place: the next call must see it, the last call's outputs must not
+    second = c(inputs)
+    for r in range(4):
+        np.testing.assert_array_equal(first[r][0], kept[r][0])
+        np.testing.assert_array_equal(first[r][2], kept[r][2])
+        np.testing.assert_array_equal(second[r][0], x)
+        np.testing.assert_array_equal(second[r][1], x * 6)  # 0 + 1 + 2 + 3
+        np.testing.assert_array_equal(second[r][2], x + r)
+        assert second[r][1].dtype == np.int64
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int32, np.int64, np.float64])
+def test_plain_inputs_of_every_dtype_match_the_general_path_and_numpy(dtype):
+    rng = np.random.default_rng(3)
+    if dtype is np.bool_:
+        xs = [rng.integers(0, 2, (5,)).astype(bool) for _ in range(3)]
+
+        def step(x):
+            return xtpu.logical_and(x, xtpu.logical_not(x)), xtpu.logical_or(x, x), x
+
+        want = [(np.zeros(5, bool), x, x) for x in xs]
+    else:
+        xs = [rng.integers(-50, 50, (5,)).astype(dtype) for _ in range(3)]
+
+        def step(x):
+            return xtpu.cross_replica_sum(x * x), x - 1, x
+
+        total = xs[0] * xs[0] + xs[1] * xs[1] + xs[2] * xs[2]
+        want = [(total, x - 1, x) for x in xs]
+    inputs = [[x] for x in xs]
+    c = xtpu.lower(step, inputs).compile()
+    assert replication._plain_inputs(inputs, c._plain) is inputs
+    fast, slow = c(inputs), general(c, inputs)
+    for r in range(3):
+        for a, b, w in zip(fast[r], slow[r], want[r]):
+            assert a.dtype == b.dtype == w.dtype
+            np.testing.assert_array_equal(a, w)
+            np.testing.assert_array_equal(b, w)
+            assert not aliases(a, xs)
+
+
+def test_inputs_of_another_byte_order_or_a_nearby_dtype_are_not_taken_as_plain():
+    x = np.arange(6, dtype=np.float32)
+    c = xtpu.lower(lambda x: x * 2.0, [[x]]).compile()
+    for other in (x.astype(">f4"), x.astype(np.float64), x.astype(np.int32), x.reshape(2, 3), x[:, None]):
+        assert replication._plain_inputs([[other]], c._plain) is None
+    assert replication._plain_inputs([[x.tolist()]], c._plain) is None
+    assert replication._plain_inputs([x], c._plain) is None  # one input given bare: the general path's job
+    np.testing.assert_array_equal(c([x])[0][0], x * 2)
+
+
+# -- constant folding in plans -----------------------------------------------------
+
+
+def no_fold(monkeypatch):
+    """Plans built from now on fold nothing (every result is over the cap)."""
+    monkeypatch.setattr(plan_mod, "FOLD_BYTES", -1)
+
+
+def folded_ops(plan):
+    return [plan.ops[i].name for i in plan._constants if not isinstance(plan.ops[i], plan_mod.CONSTANT_OPS)]
+
+
+def constant_heavy(x, s):
+    """Arithmetic of constants StableHLO leaves to the implementation's
+    numpy meaning: integer division by zero, 0/0, x/0, log of negatives,
+    iota, convert, reshape, transpose, dot, compare and select."""
+    ci = xtpu.constant(np.array([[7, -7, 0], [1, 2, -3]], np.int32))
+    zero = xtpu.zeros_like(ci)
+    cf = xtpu.cast(ci, xtpu.float32)
+    fzero = xtpu.cast(zero, xtpu.float32)
+    r = xtpu.reshape(xtpu.range(6), (2, 3))
+    rf = xtpu.cast(r, xtpu.float32)
+    return (
+        x + ci // zero,  # integer division by zero
+        xtpu.math.floormod(ci, zero + 2),
+        cf / fzero,  # inf, -inf and NaN
+        xtpu.math.log(cf) + xtpu.math.sqrt(cf),
+        r * x,
+        xtpu.matmul(rf, xtpu.transpose(rf)) * s,
+        xtpu.where(cf > 0.0, cf, rf),
+        xtpu.cast(cf * 1e30, xtpu.float32) * 1e10,  # overflow to inf
+    )
+
+
+def constant_inputs():
+    return [[np.arange(6, dtype=np.int32).reshape(2, 3) - r, np.float32(r + 0.5)] for r in range(3)]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("threads", [1, 3])
+def test_folded_constants_give_the_unfolded_plans_bits(monkeypatch, inter_op, threads):
+    inter_op(threads)
+    inputs = constant_inputs()
+    folded = xtpu.lower(constant_heavy, inputs).compile()
+    names = folded_ops(folded.executable.device_plan)
+    assert {"hlo.divide", "hlo.broadcast_in_dim", "hlo.convert", "hlo.reshape", "hlo.dot_general",
+            "hlo.log", "hlo.select"} <= set(names), names
+    no_fold(monkeypatch)
+    plain = xtpu.lower(constant_heavy, inputs).compile()
+    assert folded_ops(plain.executable.device_plan) == []
+    a, b = folded(inputs), plain(inputs)
+    for r in range(3):
+        for x, y in zip(a[r], b[r]):
+            assert x.dtype == y.dtype and x.shape == y.shape
+            assert x.tobytes() == y.tobytes()
+    # And numpy's meaning, spelled out.
+    ci = np.array([[7, -7, 0], [1, 2, -3]], np.int32)
+    cf = ci.astype(np.float32)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(a[1][2], cf / np.float32(0))
+        np.testing.assert_array_equal(a[0][3], np.log(cf) + np.sqrt(cf))
+    np.testing.assert_array_equal(a[2][4], np.arange(6).reshape(2, 3) * inputs[2][0])
+    rf = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(a[2][5], (rf @ rf.T) * np.float32(2.5), rtol=1e-6)
+    np.testing.assert_array_equal(a[0][6], np.where(cf > 0, cf, rf))
+    assert np.isinf(a[0][7]).sum() == 5  # every nonzero entry overflows
+
+
+def test_a_fold_that_raises_leaves_the_op_to_the_run_with_its_replica():
+    def f(x):
+        e = xtpu.constant(np.array([-1, 2], np.int32))  # numpy: no negative integer powers
+        return x + xtpu.math.pow(e, e)
+
+    inputs = [[np.ones(2, np.int32)] for _ in range(2)]
+    c = xtpu.lower(f, inputs).compile()
+    assert "hlo.power" not in folded_ops(c.executable.device_plan)
+    with pytest.raises(XtpuRuntimeError, match="hlo.power") as e:
+        c(inputs)
+    assert e.value.replica is not None and "negative integer powers" in str(e.value)
+
+
+def fold_writes(x):
+    ones = xtpu.ones_like(x)
+    return ones * 3.0, ones * x, xtpu.cross_replica_sum(ones), xtpu.zeros_like(x) + 1.0
+
+
+def test_folded_outputs_agree_on_both_paths_and_survive_a_caller_writing(monkeypatch):
+    inputs = [[np.full((2, 3), r, np.float32)] for r in range(2)]
+    c = xtpu.lower(fold_writes, inputs).compile()
+    assert folded_ops(c.executable.device_plan)
+    fast, slow = c(inputs), general(c, inputs)
+    no_fold(monkeypatch)
+    ref = xtpu.lower(fold_writes, inputs).compile()(inputs)
+    want = [[np.full((2, 3), 3, np.float32), inputs[r][0], np.full((2, 3), 2, np.float32),
+             np.ones((2, 3), np.float32)] for r in range(2)]
+    for r in range(2):
+        for a, b, u, w in zip(fast[r], slow[r], ref[r], want[r]):
+            np.testing.assert_array_equal(a, w)
+            np.testing.assert_array_equal(b, w)
+            np.testing.assert_array_equal(u, w)
+            assert a.flags.writeable == b.flags.writeable
+    # A caller writes into every output it may write into; no later call,
+    # and no other replica, sees it.
+    for r in range(2):
+        for a in fast[r]:
+            if a.flags.writeable:
+                a[...] = -1
+            else:
+                with pytest.raises(ValueError, match="read-only"):
+                    a[...] = -1
+    again = c(inputs)
+    for r in range(2):
+        for a, w in zip(again[r], want[r]):
+            np.testing.assert_array_equal(a, w)
+
+
+def loop_and_cond(x):
+    def body(i, acc):
+        step = xtpu.constant(np.float32(0.5)) * xtpu.constant(np.float32(4.0))  # folded in the body's plan
+        return i + 1, acc + xtpu.ones_like(acc) * step
+
+    _, acc = xtpu.while_loop(lambda i, acc: i < 3, body, (xtpu.constant(np.int32(0)), x))
+    return xtpu.cond(xtpu.reduce_sum(x) > 0.0,
+                     lambda: acc * (xtpu.constant(np.float32(2.0)) + xtpu.constant(np.float32(1.0))),
+                     lambda: acc - xtpu.ones_like(acc) * 10.0)
+
+
+def region_folds(c):
+    plan = c.executable.device_plan
+    names = []
+    for subs, _ in plan.regions.values():
+        for sub in subs:
+            names += folded_ops(sub)
+    return names
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_folds_inside_while_and_if_regions(monkeypatch, inter_op, threads):
+    inter_op(threads)
+    inputs = [[np.full(3, v, np.float32)] for v in (1.0, -1.0)]
+    c = xtpu.lower(loop_and_cond, inputs).compile()
+    assert region_folds(c), "no constant folded inside a region"
+    out = c(inputs)
+    np.testing.assert_array_equal(out[0][0], (1.0 + 3 * 2.0) * 3.0 * np.ones(3, np.float32))
+    np.testing.assert_array_equal(out[1][0], (-1.0 + 3 * 2.0) - 10.0 * np.ones(3, np.float32))
+    no_fold(monkeypatch)
+    ref = xtpu.lower(loop_and_cond, inputs).compile()
+    assert region_folds(ref) == []
+    for r in range(2):
+        assert out[r][0].tobytes() == ref(inputs)[r][0].tobytes()
+
+
+def host_folds(x):
+    def on_host(v):
+        k = xtpu.ones_like(v) * (xtpu.constant(np.float32(1.5)) + 1.5)
+        return v * k
+
+    return xtpu.outside_compilation(on_host, x * 2.0) + 1.0
+
+
+def test_folds_in_a_host_plan(monkeypatch):
+    inputs = [[np.arange(4, dtype=np.float32) + r] for r in range(2)]
+    c = xtpu.lower(host_folds, inputs).compile()
+    host_plans = [w.plan for w in c.executable.host_workers if w.plan is not None]
+    assert any(folded_ops(p) for p in host_plans), [p.source for p in host_plans]
+    out = c(inputs)
+    for r in range(2):
+        np.testing.assert_array_equal(out[r][0], inputs[r][0] * 2 * np.float32(3.0) + 1)
+    no_fold(monkeypatch)
+    ref = xtpu.lower(host_folds, inputs).compile()(inputs)
+    for r in range(2):
+        assert out[r][0].tobytes() == ref[r][0].tobytes()
+
+
+def test_the_fold_cap_is_inclusive_and_counts_the_result(monkeypatch):
+    def f(x):
+        return x + xtpu.constant(np.arange(8, dtype=np.float32)) * 2.0  # an 8 x 4 byte result
+
+    inputs = [[np.ones(8, np.float32)]]
+    for cap, folds in ((32, True), (31, False)):
+        monkeypatch.setattr(plan_mod, "FOLD_BYTES", cap)
+        c = xtpu.lower(f, inputs).compile()
+        assert ("hlo.multiply" in folded_ops(c.executable.device_plan)) is folds
+        np.testing.assert_array_equal(c(inputs)[0][0], 1 + np.arange(8, dtype=np.float32) * 2)
+
+
+def test_a_profiled_run_of_a_folded_plan(tmp_path):
+    # The profiler wraps each op's kernel: a folded op's entry is a value.
+    ins = [[np.full((2, 3), r, np.float32)] for r in range(2)]
+    c = xtpu.lower(fold_writes, ins).compile()
+    want = c(ins)
+    with xtpu.profiler.trace(str(tmp_path)):
+        got = c(ins)
+    for r in range(2):
+        for a, b in zip(got[r], want[r]):
+            assert a.tobytes() == b.tobytes()
