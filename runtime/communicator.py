@@ -243,16 +243,18 @@ PARALLEL_REDUCE_MIN_CHUNK = 1 << 18
 
 def _reduce_chunks(values: Sequence[np.ndarray]) -> int:
     """How many threads reduce ``values`` (1: this one alone): the cores
-    xtpu may use, when the work is large enough and every operand is one
-    C-contiguous block of numbers."""
+    xtpu may use (TF's intra-op parallelism threads when set, else the
+    process's cores), when the work is large enough and every operand is
+    one C-contiguous block of numbers."""
     size = values[0].size
     if len(values) < 2 or size * (len(values) - 1) < PARALLEL_REDUCE_OPS:
         return 1
     if values[0].dtype.kind not in "biufc" or not all(v.flags.c_contiguous for v in values):
         return 1
     from .blas_budget import cores
+    from .thread_settings import intra_op
 
-    return max(1, min(cores(), size // PARALLEL_REDUCE_MIN_CHUNK))
+    return max(1, min(intra_op.value() or cores(), size // PARALLEL_REDUCE_MIN_CHUNK))
 
 
 def _check_dim(op: str, name: str, dim: int, value: np.ndarray, parts: int | None) -> int:

@@ -374,3 +374,81 @@ def test_a_profiled_run_of_a_folded_plan(tmp_path):
     for r in range(2):
         for a, b in zip(got[r], want[r]):
             assert a.tobytes() == b.tobytes()
+
+
+# -- reductions split over threads -------------------------------------------------
+
+
+def left_fold(values, reduction):
+    fn = comm.REDUCTIONS[reduction]
+    out = np.array(values[0], copy=True)
+    for v in values[1:]:
+        out = fn(out, v)
+    return out
+
+
+@pytest.fixture
+def tiny_split(monkeypatch):
+    """Every reduction of two or more operands splits, down to one element
+    a thread, over ``cores()`` threads (set by the returned function)."""
+    monkeypatch.setattr(comm, "PARALLEL_REDUCE_OPS", 1)
+    monkeypatch.setattr(comm, "PARALLEL_REDUCE_MIN_CHUNK", 1)
+    return lambda k: monkeypatch.setattr(blas_budget, "cores", lambda: k)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_, np.complex64])
+def test_split_reductions_at_every_chunk_boundary_are_the_left_fold(tiny_split, dtype):
+    rng = np.random.default_rng(7)
+    for cores in (2, 3, 7):
+        tiny_split(cores)
+        for shape in [(1,), (2,), (5,), (13,), (3, 4), (2, 1, 7), (0,), (0, 3)]:
+            for R in (1, 2, 3, 5):
+                if dtype is np.bool_:
+                    values = [rng.integers(0, 2, shape).astype(bool) for _ in range(R)]
+                elif np.dtype(dtype).kind == "i":
+                    values = [rng.integers(-2**20, 2**20, shape).astype(dtype) for _ in range(R)]
+                else:
+                    values = [(rng.standard_normal(shape) * 300).astype(dtype) for _ in range(R)]
+                if np.dtype(dtype).kind == "f" and values[0].size > 2:
+                    values[0].reshape(-1)[1] = np.nan
+                    values[-1].reshape(-1)[2] = np.inf
+                for reduction in comm.REDUCTIONS:
+                    if dtype is np.complex64 and reduction in ("max", "min"):
+                        continue
+                    expect = comm._reduce_chunks(values)
+                    assert expect == (1 if R < 2 or values[0].size < 1 else min(cores, values[0].size))
+                    got = comm.reduce_in_order(values, reduction)
+                    want = left_fold(values, reduction)
+                    assert got.dtype == want.dtype and got.shape == want.shape
+                    assert got.tobytes() == want.tobytes(), (cores, shape, R, reduction)
+
+
+def test_operands_of_one_shape_with_different_strides(tiny_split):
+    tiny_split(3)
+    rng = np.random.default_rng(8)
+    buf = rng.standard_normal((4, 10)).astype(np.float32)
+    row = buf[2:3]  # C-contiguous, shape (1, 10), a row stride of 40 bytes
+    fresh = rng.standard_normal((1, 10)).astype(np.float32)
+    tall = np.ascontiguousarray(rng.standard_normal((10, 1)).astype(np.float32)).T  # (1, 10), strides (4, 4)
+    strided = buf[:1, ::1].copy()[:, ::-1][:, ::-1]  # a view of a view, contiguous
+    step = rng.standard_normal((1, 20)).astype(np.float32)[:, ::2]  # not contiguous
+    for values, split in (([row, fresh, tall, strided], True), ([fresh, step, row], False), ([step, fresh], False)):
+        assert (comm._reduce_chunks(values) > 1) is split
+        for reduction in comm.REDUCTIONS:
+            assert comm.reduce_in_order(values, reduction).tobytes() == left_fold(values, reduction).tobytes()
+    np.testing.assert_array_equal(buf[2:3], row)  # the operands are read only
+
+
+def test_a_split_reduction_uses_no_more_threads_than_the_intra_op_budget(monkeypatch, intra_op):
+    # TF's intra_op_parallelism_threads bounds the threads one op uses; a
+    # program that set it to 1 (one core for xtpu) gets no split reduction.
+    monkeypatch.setattr(blas_budget, "cores", lambda: 8)
+    values = [np.ones(4 * comm.PARALLEL_REDUCE_MIN_CHUNK, np.float32)] * 3
+    values = [v.copy() for v in values]
+    assert comm._reduce_chunks(values) == 4
+    intra_op(1)
+    assert comm._reduce_chunks(values) == 1
+    intra_op(2)
+    assert comm._reduce_chunks(values) == 2
+    assert comm.reduce_in_order(values, "add").tobytes() == left_fold(values, "add").tobytes()
