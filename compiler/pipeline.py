@@ -310,9 +310,10 @@ def parse_pipeline(
         # Passes are frozen dataclasses (xDSL's ModulePass), so a spec's
         # passes serve every compile that asks for it: building them (xDSL
         # reads each pass's type hints) was a tenth of compiling a small
-        # program.
+        # program.  Parsed again when the registry now holds another class
+        # under one of their names (a pass swapped in, or removed).
         cached = _PARSED.get(spec)
-        if cached is None:
+        if cached is None or not _registered(cached):
             cached = _PARSED[spec] = _parse_pipeline(spec, available_passes())
         return cached
     return _parse_pipeline(spec, available)
@@ -320,6 +321,14 @@ def parse_pipeline(
 
 #: spec -> its passes, for xtpu's own registry (:func:`parse_pipeline`).
 _PARSED: dict[str, tuple[ModulePass, ...]] = {}
+
+
+def _registered(passes: tuple[ModulePass, ...]) -> bool:
+    """Whether each of ``passes`` is of the class xtpu's registry holds
+    under its name now."""
+    from xtpu.passes import ALL_PASSES
+
+    return all(ALL_PASSES.get(p.name) is type(p) for p in passes)
 
 
 def _parse_pipeline(spec: str, available: Mapping[str, Callable[[], type[ModulePass]]]) -> tuple[ModulePass, ...]:

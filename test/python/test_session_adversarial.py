@@ -452,3 +452,288 @@ def test_a_split_reduction_uses_no_more_threads_than_the_intra_op_budget(monkeyp
     intra_op(2)
     assert comm._reduce_chunks(values) == 2
     assert comm.reduce_in_order(values, "add").tobytes() == left_fold(values, "add").tobytes()
+
+
+@pytest.fixture
+def small_split(monkeypatch):
+    """Reductions of 4096 elements and more split over 3 threads (so the
+    tests below split with small operands)."""
+    monkeypatch.setattr(comm, "PARALLEL_REDUCE_OPS", 4096)
+    monkeypatch.setattr(comm, "PARALLEL_REDUCE_MIN_CHUNK", 1024)
+    monkeypatch.setattr(blas_budget, "cores", lambda: 3)
+    seen = []
+    real = comm._reduce_chunks
+    monkeypatch.setattr(comm, "_reduce_chunks", lambda values: seen.append(real(values)) or seen[-1])
+    return seen
+
+
+def test_two_executables_reducing_from_two_python_threads_at_once(small_split, inter_op):
+    inter_op(4)  # a thread per replica: the last to arrive reduces, in its own thread
+    rng = np.random.default_rng(9)
+    n = 3 * 1024 + 7
+    progs = []
+    for k in range(2):
+        xs = [[rng.standard_normal(n).astype(np.float32) * (k + 1)] for _ in range(4)]
+        c = xtpu.lower(lambda x: (xtpu.cross_replica_sum(x), xtpu.cross_replica_sum(x * x)), xs).compile()
+        progs.append((c, xs))
+    results, errors = {}, []
+    start = threading.Barrier(2)
+
+    def loop(k):
+        c, xs = progs[k]
+        try:
+            start.wait(10)
+            results[k] = [c(xs) for _ in range(5)]
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=loop, args=(k,), daemon=True) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "deadlock: a caller thread did not return"
+    assert not errors, errors
+    assert 3 in small_split
+    for k, (c, xs) in enumerate(progs):
+        want = left_fold([x for x, in xs], "add")
+        want_sq = left_fold([x * x for x, in xs], "add")
+        for outs in results[k]:
+            for r in range(4):
+                assert outs[r][0].tobytes() == want.tobytes()
+                assert outs[r][1].tobytes() == want_sq.tobytes()
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_failing_replica_while_another_group_reduces(small_split, inter_op, threads):
+    # Replicas 0 and 1 all-reduce a large operand (split over threads) while
+    # replica 2 fails before its group's all-reduce: the error names it,
+    # nothing hangs, and the next call gives the left fold again.
+    inter_op(threads)
+    n = 4 * 1024 + 1
+
+    def step(x, e):
+        bad = xtpu.math.pow(e, e)  # numpy refuses negative integer powers
+        y = xtpu.cross_replica_sum(x * xtpu.cast(bad, xtpu.float32), group_assignment=[[0, 1], [2, 3]])
+        return xtpu.cross_replica_sum(y)
+
+    rng = np.random.default_rng(10)
+    xs = [rng.standard_normal(n).astype(np.float32) for _ in range(4)]
+    good = [[x, np.int32(1)] for x in xs]
+    c = xtpu.lower(step, good).compile()
+    bad = [[x, np.int32(-1 if r == 2 else 1)] for r, x in enumerate(xs)]
+    # A chunk of the split reduction holds until the run is aborted: the
+    # abort comes while the reduction runs.
+    abort, seen_abort, real_fold = c.executable.abort, [], comm._fold
+
+    def slow_fold(fn, values, out):
+        for _ in range(200):
+            if abort.is_set:
+                seen_abort.append(True)
+                break
+            threading.Event().wait(0.01)
+        return real_fold(fn, values, out)
+
+    comm._fold = slow_fold
+    try:
+        with pytest.raises(XtpuRuntimeError, match="negative integer powers") as e:
+            c(bad)
+    finally:
+        comm._fold = real_fold
+    assert e.value.replica == 2 and e.value.op == "hlo.power"
+    assert seen_abort
+    for _ in range(2):
+        out = c(good)
+        pair = [left_fold(xs[:2], "add"), left_fold(xs[2:], "add")]
+        want = left_fold([pair[0], pair[0], pair[1], pair[1]], "add")  # y of replicas 0, 1, 2, 3
+        for r in range(4):
+            assert out[r][0].tobytes() == want.tobytes()
+    assert 3 in small_split
+
+
+# -- the counted BLAS limit --------------------------------------------------------
+
+
+def blas_counts():
+    from threadpoolctl import threadpool_info
+
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+@pytest.mark.parametrize("found", [1, 3])
+def test_blas_limits_nested_from_many_threads_restore_the_counts_found(intra_op, found):
+    from threadpoolctl import threadpool_limits
+
+    if not blas_counts():
+        pytest.skip("numpy has no BLAS that threadpoolctl controls")
+    intra_op(6)
+    limits = [blas_budget.limit(w) for w in (1, 2, 3, 6)]  # 6, 3, 2 and 1 threads
+    assert sorted(lim.n for lim in limits) == [1, 2, 3, 6]
+    with threadpool_limits(limits=found, user_api="blas"):
+        before = blas_counts()
+        seen, errors = [], []
+        start = threading.Barrier(6)
+
+        def worker(i):
+            rng = np.random.default_rng(i)
+            try:
+                start.wait(10)
+                for _ in range(40):
+                    outer, inner = (limits[j] for j in rng.integers(0, 4, 2))
+                    with outer:
+                        with inner:
+                            seen.append(tuple(blas_counts()))
+                        if rng.integers(0, 4) == 0:
+                            try:
+                                with inner:
+                                    raise KeyError("inside")
+                            except KeyError:
+                                pass
+                        seen.append(tuple(blas_counts()))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads) and not errors, errors
+        # While any run is inside, BLAS is at some run's limit, never at a
+        # count none of them asked for; once all are out, at what was found.
+        assert seen and all(set(s) <= {1, 2, 3, 6} for s in seen)
+        assert blas_counts() == before == [found] * len(before)
+        assert blas_budget._users == 0 and blas_budget._restore == []
+
+
+# -- per-participant kernels built lazily -----------------------------------------
+
+
+def test_participant_kernels_built_at_once_by_every_replica_thread(inter_op):
+    R = 6
+    inputs = [[np.full((3,), r, np.float32), np.float32(r + 1)] for r in range(R)]
+
+    def step(x, s):
+        y = xtpu.math.tanh(x * s) + xtpu.cast(xtpu.replica_id(), xtpu.float32)
+        return xtpu.cross_replica_sum(y), y
+
+    inter_op(1)
+    c = xtpu.lower(step, inputs).compile()
+    kernels = c.executable.device_kernels
+    assert [k is not None for k in kernels._kernels] == [True] + [False] * (R - 1)
+    sequential = c(inputs)
+    built, real = [], kernels._build
+
+    def slow_build(p):  # widen the window in which replica threads race
+        built.append(p)
+        threading.Event().wait(0.005)
+        return real(p)
+
+    kernels._build = slow_build
+    inter_op(R)
+    assert c.executable.replica_execution[0] == "threads"
+    threads = c(inputs)
+    again = c(inputs)
+    assert sorted(built) == list(range(1, R))  # each once, participant 0 never again
+    ys = [np.tanh(inputs[r][0] * inputs[r][1]) + np.float32(r) for r in range(R)]
+    for r in range(R):
+        np.testing.assert_allclose(threads[r][1], ys[r], rtol=1e-6)
+        assert threads[r][0].tobytes() == sequential[r][0].tobytes() == again[r][0].tobytes()
+        np.testing.assert_allclose(threads[r][0], left_fold(ys, "add"), rtol=1e-6)
+
+
+def test_participant_kernels_from_many_threads_at_once_are_built_once():
+    from xtpu.runtime.executor import _ParticipantKernels
+
+    counts = [0] * 5
+    lock = threading.Lock()
+
+    def build(p):
+        with lock:
+            counts[p] += 1
+        threading.Event().wait(0.002)
+        return (object(),)
+
+    kernels = _ParticipantKernels(5, build)
+    got, start = [[] for _ in range(8)], threading.Barrier(8)
+
+    def grab(i):
+        start.wait(10)
+        for p in list(range(5))[::(1 if i % 2 else -1)]:
+            got[i].append(kernels[p])
+
+    threads = [threading.Thread(target=grab, args=(i,), daemon=True) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert counts == [1] * 5
+    firsts = [g if i % 2 else g[::-1] for i, g in enumerate(got)]
+    assert all(all(a is b for a, b in zip(f, firsts[0])) for f in firsts)
+    assert len(kernels) == 5
+
+
+def test_a_logical_core_program_builds_every_participant_and_matches_numpy():
+    da = xtpu.DeviceAssignment.build(xtpu.initialize_tpu_system(), computation_shape=[1, 1, 1, 2], num_replicas=2)
+
+    def f(x):
+        x = xtpu.split_to_logical_devices(x, [2, 1])
+        return xtpu.cross_replica_sum(x * 2 + xtpu.ones_like(x))
+
+    xs = [np.arange(8, dtype=np.int32).reshape(4, 2) * (r + 1) for r in range(2)]
+    c = xtpu.lower(f, [[x] for x in xs], device_assignment=da).compile()
+    assert c._plain is None  # logical cores: the general path
+    assert all(k is not None for k in c.executable.device_kernels._kernels)
+    assert len(c.executable.device_kernels) == 4
+    out = c([[x] for x in xs])
+    for r in range(2):
+        np.testing.assert_array_equal(out[r][0], (xs[0] * 2 + 1) + (xs[1] * 2 + 1))
+
+
+# -- the pipeline cache ------------------------------------------------------------
+
+
+def two_sums(a, b):
+    return xtpu.cross_replica_sum(a), xtpu.cross_replica_sum(b)
+
+
+def test_pipelines_with_different_options_do_not_share_a_cache_entry():
+    from xtpu.passes import DEFAULT_PIPELINE
+    from xtpu.pipeline import parse_pipeline
+
+    inputs = [[np.full(3, r, np.float32), np.full(2, r, np.float32)] for r in range(2)]
+
+    def spec(threshold):
+        return ",".join(DEFAULT_PIPELINE[:-1] + (f"ccl-combine-all-reduce{{threshold-bytes={threshold}}}",))
+
+    counts = []
+    for threshold in (1, 1024, 1):
+        passes = parse_pipeline(spec(threshold))
+        assert passes[-1].threshold_bytes == threshold
+        c = xtpu.lower(two_sums, inputs).compile(spec(threshold))
+        counts.append(c.as_text().count("ccl.all_reduce"))
+        out = c(inputs)
+        np.testing.assert_array_equal(out[0][0], np.ones(3, np.float32))
+        np.testing.assert_array_equal(out[1][1], np.ones(2, np.float32))
+    assert counts == [2, 1, 2]  # one all-reduce each, both combined, one each again
+    assert parse_pipeline(list(DEFAULT_PIPELINE)) is parse_pipeline(",".join(DEFAULT_PIPELINE))
+
+
+def test_a_pass_replaced_in_the_registry_is_the_one_parsed(monkeypatch):
+    # available_passes() reads xtpu's registry at each call: a pass class
+    # swapped in (a test's fault injection, a user's variant) must be the
+    # one a compile runs, not the one cached before the swap.
+    from xtpu.passes import ALL_PASSES, CombineAllReduce
+    from xtpu.pipeline import parse_pipeline
+
+    spec = "tpu-lower-cross-replica-sum,ccl-combine-all-reduce{threshold-bytes=64}"
+    assert type(parse_pipeline(spec)[1]) is CombineAllReduce  # cached
+
+    class Traced(CombineAllReduce):
+        pass
+
+    monkeypatch.setitem(ALL_PASSES, "ccl-combine-all-reduce", Traced)
+    swapped = parse_pipeline(spec)
+    assert type(swapped[1]) is Traced and swapped[1].threshold_bytes == 64
+    monkeypatch.undo()
+    assert type(parse_pipeline(spec)[1]) is CombineAllReduce
