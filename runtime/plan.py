@@ -23,6 +23,7 @@ from xdsl.traits import IsTerminator, Pure
 from xtpu.dialects.hlo import ConstantOp, IotaOp
 from xtpu.dialects.hlo_host import StringConstantOp
 from xtpu.dialects.primitive import PrimitiveOp
+from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.runtime import profiler as _profiler
 
 CONSTANT_OPS = (ConstantOp, StringConstantOp, IotaOp)
@@ -206,11 +207,14 @@ class Plan:
         kernel on the same values, so the results are the same bits.  Not
         when it would raise (the run reports that error, with the replica
         and the op's source line) or make an array over :data:`FOLD_BYTES`
-        (kept for the plan's life)."""
+        (kept for the plan's life; an op whose result type is over it is
+        not evaluated at all)."""
         if not (op.operands and all(v in constant_of for v in op.operands)  # cheap, and most often false
                 and isinstance(op, PrimitiveOp) and len(op.results) == 1
                 and op.name.startswith("hlo.") and op.has_trait(Pure)
                 and not type(op).HOST_ONLY and not type(op).SIDE_EFFECTS and not self._runs_together(op)):
+            return False
+        if _result_bytes(op) > FOLD_BYTES:  # not even evaluated (an outer product, a pad)
             return False
         try:
             value = pure_kernel(op)(*(self._constant(constant_of[v]) for v in op.operands))
@@ -266,6 +270,16 @@ def running_op(frame) -> Operation | None:
                 return plan.ops[i]
         frame = frame.f_back
     return None
+
+
+def _result_bytes(op: Operation) -> int:
+    """The bytes of ``op``'s one result by its type (0 when not a ranked
+    tensor type)."""
+    try:
+        spec = TensorSpec.of_type(op.results[0].type)
+    except ValueError:
+        return 0
+    return spec.size * numpy_dtype(spec.dtype).itemsize
 
 
 def _readonly(value: Any) -> Any:

@@ -737,3 +737,33 @@ def test_a_pass_replaced_in_the_registry_is_the_one_parsed(monkeypatch):
     assert type(swapped[1]) is Traced and swapped[1].threshold_bytes == 64
     monkeypatch.undo()
     assert type(parse_pipeline(spec)[1]) is CombineAllReduce
+
+
+def test_an_op_whose_result_is_over_the_cap_is_not_evaluated_at_compile(monkeypatch):
+    # An outer product of two small constants: 64 x 64 float32 (16 KiB)
+    # against a 4 KiB cap, computed by the run, not once more by the plan
+    # to be thrown away.
+    from xtpu.dialects import hlo
+
+    monkeypatch.setattr(plan_mod, "FOLD_BYTES", 4096)
+    calls = []
+    real = hlo.DotGeneralOp.kernel.__func__
+
+    def counted(cls, **params):
+        k = real(cls, **params)
+        return lambda *xs: calls.append(1) or k(*xs)
+
+    monkeypatch.setattr(hlo.DotGeneralOp, "kernel", classmethod(counted))
+
+    def f(x):
+        col = xtpu.constant(np.arange(64, dtype=np.float32).reshape(64, 1))
+        return x + xtpu.reduce_sum(xtpu.matmul(col, xtpu.transpose(col)))
+
+    inputs = [[np.float32(r)] for r in range(2)]
+    c = xtpu.lower(f, inputs).compile()
+    assert calls == [] and "hlo.dot_general" not in folded_ops(c.executable.device_plan)
+    out = c(inputs)
+    assert len(calls) == 2
+    total = np.float32(np.arange(64).sum() ** 2)
+    for r in range(2):
+        assert float(out[r][0]) == r + total
