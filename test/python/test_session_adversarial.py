@@ -217,11 +217,12 @@ def constant_inputs():
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("threads", [1, 3])
-def test_folded_constants_give_the_unfolded_plans_bits(monkeypatch, inter_op, threads):
+@pytest.mark.parametrize("threads, mode", [(1, "sequential"), (2, "blocks"), (3, "threads")])
+def test_folded_constants_give_the_unfolded_plans_bits(monkeypatch, inter_op, threads, mode):
     inter_op(threads)
     inputs = constant_inputs()
     folded = xtpu.lower(constant_heavy, inputs).compile()
+    assert folded.executable.replica_execution[0] == mode
     names = folded_ops(folded.executable.device_plan)
     assert {"hlo.divide", "hlo.broadcast_in_dim", "hlo.convert", "hlo.reshape", "hlo.dot_general",
             "hlo.log", "hlo.select"} <= set(names), names
@@ -505,11 +506,31 @@ def test_two_executables_reducing_from_two_python_threads_at_once(small_split, i
 
 
 @pytest.mark.parametrize("threads", [1, 4])
-def test_a_failing_replica_while_another_group_reduces(small_split, inter_op, threads):
+def test_a_failing_replica_while_another_group_reduces(small_split, inter_op, monkeypatch, threads):
     # Replicas 0 and 1 all-reduce a large operand (split over threads) while
     # replica 2 fails before its group's all-reduce: the error names it,
-    # nothing hangs, and the next call gives the left fold again.
+    # nothing hangs, and the next call gives the left fold again.  With a
+    # thread per replica, replica 2 fails while the split reduction runs
+    # (it waits for the reduction to start, the reduction for the abort).
+    from xtpu.dialects import hlo
+    from xtpu.runtime.workers import will_block
+
     inter_op(threads)
+    reducing, seen_abort, armed = threading.Event(), [], [False]
+    real_power = hlo.PowerOp.kernel.__func__
+
+    def power(cls, **params):
+        k = real_power(cls, **params)
+
+        def run(x, y):
+            if armed[0] and threads > 1 and np.any(np.asarray(y) < 0):
+                will_block()  # waits for another task
+                reducing.wait(5)
+            return k(x, y)
+
+        return run
+
+    monkeypatch.setattr(hlo.PowerOp, "kernel", classmethod(power))
     n = 4 * 1024 + 1
 
     def step(x, e):
@@ -522,26 +543,26 @@ def test_a_failing_replica_while_another_group_reduces(small_split, inter_op, th
     good = [[x, np.int32(1)] for x in xs]
     c = xtpu.lower(step, good).compile()
     bad = [[x, np.int32(-1 if r == 2 else 1)] for r, x in enumerate(xs)]
-    # A chunk of the split reduction holds until the run is aborted: the
-    # abort comes while the reduction runs.
-    abort, seen_abort, real_fold = c.executable.abort, [], comm._fold
+    abort, real_fold = c.executable.abort, comm._fold
 
     def slow_fold(fn, values, out):
-        for _ in range(200):
+        reducing.set()
+        for _ in range(500):
             if abort.is_set:
                 seen_abort.append(True)
                 break
             threading.Event().wait(0.01)
         return real_fold(fn, values, out)
 
-    comm._fold = slow_fold
-    try:
-        with pytest.raises(XtpuRuntimeError, match="negative integer powers") as e:
-            c(bad)
-    finally:
-        comm._fold = real_fold
+    monkeypatch.setattr(comm, "_fold", slow_fold)
+    armed[0] = True
+    with pytest.raises(XtpuRuntimeError, match="negative integer powers") as e:
+        c(bad)
+    armed[0] = False
+    monkeypatch.setattr(comm, "_fold", real_fold)
     assert e.value.replica == 2 and e.value.op == "hlo.power"
-    assert seen_abort
+    if threads > 1:
+        assert seen_abort, "the abort came before the reduction"
     for _ in range(2):
         out = c(good)
         pair = [left_fold(xs[:2], "add"), left_fold(xs[2:], "add")]
