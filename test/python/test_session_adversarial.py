@@ -788,3 +788,23 @@ def test_an_op_whose_result_is_over_the_cap_is_not_evaluated_at_compile(monkeypa
     total = np.float32(np.arange(64).sum() ** 2)
     for r in range(2):
         assert float(out[r][0]) == r + total
+
+
+@pytest.mark.parametrize("threads", [0, 1, 3])
+def test_one_replica_with_collectives_inside_a_loop_and_a_conditional(inter_op, threads):
+    # One replica on one core skips the cost model's walks (it always runs
+    # in the calling thread): collectives inside regions still run there.
+    inter_op(threads)
+
+    def f(x):
+        def body(i, acc):
+            return i + 1, xtpu.cross_replica_sum(acc) * 2.0
+
+        _, acc = xtpu.while_loop(lambda i, acc: i < 3, body, (xtpu.constant(np.int32(0)), x))
+        return xtpu.cond(xtpu.reduce_sum(acc) > 0.0, lambda: xtpu.cross_replica_sum(acc) + 1.0, lambda: acc)
+
+    x = np.arange(4, dtype=np.float32) - 1.0
+    c = xtpu.lower(f, [[x]]).compile()
+    assert c.executable.replica_execution[0] == "sequential"
+    for _ in range(2):
+        np.testing.assert_array_equal(c([[x]])[0][0], x * 8 + 1)
