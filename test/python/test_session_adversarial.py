@@ -808,3 +808,19 @@ def test_one_replica_with_collectives_inside_a_loop_and_a_conditional(inter_op, 
     assert c.executable.replica_execution[0] == "sequential"
     for _ in range(2):
         np.testing.assert_array_equal(c([[x]])[0][0], x * 8 + 1)
+
+
+def test_soft_placement_on_and_off_alternate_through_the_cached_pipelines():
+    # The default pipeline's spec carries the option: each compile gets its
+    # own, whatever was parsed before.
+    def f(x):
+        return xtpu.strings.to_number(xtpu.strings.format("{}", x)) * 2.0
+
+    on, off = xtpu.XLAOptions(allow_soft_placement=True), xtpu.XLAOptions(allow_soft_placement=False)
+    for opts in (on, off, on, off):
+        lowered = xtpu.lower(f, [[np.int32(3)]], xla_options=opts)
+        if opts.allow_soft_placement:
+            assert float(lowered.compile()([[np.int32(3)]])[0][0]) == 6.0
+        else:
+            with pytest.raises(ValueError, match="hlo.string_format"):
+                lowered.compile()
