@@ -293,6 +293,8 @@ def to_numpy(value: Any, dtype: str | None = None) -> np.ndarray:
         arr = np.asanyarray(value)
         if arr.dtype.kind in "US":
             arr = arr.astype(object)
+        elif not arr.dtype.isnative:  # big-endian data (a file's, say): the same values, native order
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         if dtype is not None and dtype_of_numpy(arr.dtype) != dtype:
             raise TypeError(
                 f"expected a {dtype} value, got a numpy array of dtype {arr.dtype.name}"

@@ -211,3 +211,15 @@ def test_one_replica_skips_the_execution_cost_model(monkeypatch):
     np.testing.assert_array_equal(c(one)[0][0], one[0][0] * 2)
     with pytest.raises(AssertionError, match="walked the body"):  # two replicas need the model
         xtpu.lower(lambda x: xtpu.cross_replica_sum(x * 2.0), one * 2).compile()
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">i4", ">f8"])
+def test_big_endian_inputs_are_their_values(dtype):
+    # Data read from a big-endian file: the same numbers, in native order
+    # (it was rejected as "must be float32[2x3], got float32[2x3]").
+    x = np.arange(6).reshape(2, 3).astype(dtype)
+    native = x.astype(x.dtype.newbyteorder("="))
+    out = xtpu.replicate(lambda a: xtpu.cross_replica_sum(a * 2), [[x], [x]])
+    np.testing.assert_array_equal(out[1][0], native * 2 * 2)
+    c = xtpu.lower(lambda a: a + 1, [[native]]).compile()
+    np.testing.assert_array_equal(c([[x]])[0][0], native + 1)
