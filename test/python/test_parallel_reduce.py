@@ -96,3 +96,36 @@ def test_cross_replica_sum_of_large_operands_matches_numpy_in_every_mode(two_cor
     for r in range(8):
         assert out[r][0].tobytes() == want.tobytes()
     assert 2 in seen
+
+
+def _blocks_sum(inputs, groups, inter_op):
+    def step(x):
+        return xtpu.cross_replica_sum(x * 1.0, groups)
+
+    xtpu.config.threading.set_inter_op_parallelism_threads(inter_op)
+    try:
+        c = xtpu.lower(step, inputs).compile()
+        return c.executable.replica_execution[0], [o[0] for o in c(inputs)]
+    finally:
+        xtpu.config.threading.set_inter_op_parallelism_threads(0)
+
+
+@pytest.mark.parametrize("R, groups", [
+    (8, None), (5, None), (5, [[3, 1, 0, 2, 4]]), (6, [[0, 1, 2], [3, 4, 5]]), (6, [[0, 2, 4], [1, 3, 5]]),
+])
+def test_blocks_sum_in_replica_order_bit_for_bit(R, groups):
+    # Replicas in blocks of several per thread meet once per all-reduce;
+    # each group's sum is still the left fold in replica order (whatever
+    # order the group lists them in), bit for bit the thread-per-replica
+    # result.  (Folding the first block's terms before the meeting was
+    # tried: no gain on the 8-replica MLP step, 936-980 us either way.)
+    rng = np.random.default_rng(R)
+    inputs = [[(rng.standard_normal(1000) * 10.0 ** rng.integers(-3, 4, 1000)).astype(np.float32)] for _ in range(R)]
+    mode, blocks = _blocks_sum(inputs, groups, 2)
+    assert mode == "blocks"
+    _, threads = _blocks_sum(inputs, groups, R)
+    members = groups or [list(range(R))]
+    for g in members:
+        want = left_fold([inputs[r][0] for r in sorted(g)], np.add)
+        for r in g:
+            assert blocks[r].tobytes() == want.tobytes() == threads[r].tobytes()
