@@ -37,6 +37,28 @@ def intra_op():
     xtpu.config.threading.set_intra_op_parallelism_threads(0)
 
 
+def on_threads(fn, n, timeout=60.0):
+    """``fn(i)`` for ``i < n`` on ``n`` threads started together; the errors
+    they raised.  Fails when a thread has not returned after ``timeout``
+    seconds (a deadlock)."""
+    errors, start = [], threading.Barrier(n)
+
+    def run(i):
+        try:
+            start.wait(10)
+            fn(i)
+        except BaseException as e:  # noqa: BLE001 - returned to the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "deadlock: a thread did not return"
+    return errors
+
+
 def general(c, inputs):
     """``c(inputs)`` through the general path (pytree walk, conversions)."""
     saved, c._plain = c._plain, None
@@ -477,23 +499,13 @@ def test_two_executables_reducing_from_two_python_threads_at_once(small_split, i
         xs = [[rng.standard_normal(n).astype(np.float32) * (k + 1)] for _ in range(4)]
         c = xtpu.lower(lambda x: (xtpu.cross_replica_sum(x), xtpu.cross_replica_sum(x * x)), xs).compile()
         progs.append((c, xs))
-    results, errors = {}, []
-    start = threading.Barrier(2)
+    results = {}
 
     def loop(k):
         c, xs = progs[k]
-        try:
-            start.wait(10)
-            results[k] = [c(xs) for _ in range(5)]
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        results[k] = [c(xs) for _ in range(5)]
 
-    threads = [threading.Thread(target=loop, args=(k,), daemon=True) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads), "deadlock: a caller thread did not return"
+    errors = on_threads(loop, 2)
     assert not errors, errors
     assert 3 in small_split
     for k, (c, xs) in enumerate(progs):
@@ -592,34 +604,25 @@ def test_blas_limits_nested_from_many_threads_restore_the_counts_found(intra_op,
     assert sorted(lim.n for lim in limits) == [1, 2, 3, 6]
     with threadpool_limits(limits=found, user_api="blas"):
         before = blas_counts()
-        seen, errors = [], []
-        start = threading.Barrier(6)
+        seen = []
 
         def worker(i):
             rng = np.random.default_rng(i)
-            try:
-                start.wait(10)
-                for _ in range(40):
-                    outer, inner = (limits[j] for j in rng.integers(0, 4, 2))
-                    with outer:
-                        with inner:
-                            seen.append(tuple(blas_counts()))
-                        if rng.integers(0, 4) == 0:
-                            try:
-                                with inner:
-                                    raise KeyError("inside")
-                            except KeyError:
-                                pass
+            for _ in range(40):
+                outer, inner = (limits[j] for j in rng.integers(0, 4, 2))
+                with outer:
+                    with inner:
                         seen.append(tuple(blas_counts()))
-            except BaseException as e:  # noqa: BLE001 - reported below
-                errors.append(e)
+                    if rng.integers(0, 4) == 0:
+                        try:
+                            with inner:
+                                raise KeyError("inside")
+                        except KeyError:
+                            pass
+                    seen.append(tuple(blas_counts()))
 
-        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not any(t.is_alive() for t in threads) and not errors, errors
+        errors = on_threads(worker, 6)
+        assert not errors, errors
         # While any run is inside, BLAS is at some run's limit, never at a
         # count none of them asked for; once all are out, at what was found.
         assert seen and all(set(s) <= {1, 2, 3, 6} for s in seen)
@@ -676,18 +679,13 @@ def test_participant_kernels_from_many_threads_at_once_are_built_once():
         return (object(),)
 
     kernels = _ParticipantKernels(5, build)
-    got, start = [[] for _ in range(8)], threading.Barrier(8)
+    got = [[] for _ in range(8)]
 
     def grab(i):
-        start.wait(10)
         for p in list(range(5))[::(1 if i % 2 else -1)]:
             got[i].append(kernels[p])
 
-    threads = [threading.Thread(target=grab, args=(i,), daemon=True) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    assert on_threads(grab, 8) == []
     assert counts == [1] * 5
     firsts = [g if i % 2 else g[::-1] for i, g in enumerate(got)]
     assert all(all(a is b for a, b in zip(f, firsts[0])) for f in firsts)
