@@ -3,7 +3,7 @@
 ``func.func @main`` runs in the caller's thread.  Its ``tpu.replicate`` op
 starts one device worker per replica, running the replicate body (or, for a
 program without host transfers, fewer threads each running a block of
-replicas op by op: runtime/sequential.py), and one
+replicas: runtime/sequential.py), and one
 host worker per (outside-compilation cluster, replica), running the cluster's
 host function (``tpu.outside_compilation_cluster`` attribute) once per
 message on its ``_args`` channel.  A replicate with ``num_cores_per_replica
@@ -578,10 +578,10 @@ class Executable:
     @property
     def replica_execution(self) -> tuple[str, str]:
         """How the next run executes the replicas, and why:
-        ``("sequential", why)`` (all replicas in one thread, op by op),
+        ``("sequential", why)`` (all replicas in one thread),
         ``("threads", why)`` (a thread per replica) or ``("blocks", why)``
-        (:attr:`replica_threads` threads, each running a block of replicas
-        op by op); runtime/sequential.py."""
+        (:attr:`replica_threads` threads, each running a block of
+        replicas); runtime/sequential.py."""
         w = self.replica_threads
         kind = "sequential" if w == 1 else "threads" if w >= len(self.local_replicas) else "blocks"
         if self._sequential_reason is not None:
@@ -593,7 +593,7 @@ class Executable:
 
     def _run_grouped(self, flat: tuple, threads: int) -> Any:
         """The replicate body on ``threads`` threads, each running its block
-        of replicas op by op (one thread: this one); BLAS threads as for
+        of replicas (one thread: this one); BLAS threads as for
         ``threads`` threads running at once.  Their collectives meet once
         per call of all the threads, each with its block's operands.  When
         a kernel raises, or the replicas disagree on a region's predicate,
@@ -607,7 +607,7 @@ class Executable:
             if groups is None:  # a collective the threads reject at run time fails here: they name the replica
                 groups = self._grouped[threads] = self._build_groups(threads)
             if debug:
-                _log.debug("run: %d replicas on %d thread%s, op by op: %s", n, threads, "s" if threads > 1 else "",
+                _log.debug("run: %d replicas on %d thread%s: %s", n, threads, "s" if threads > 1 else "",
                            "; ".join(f"replicas {b}" for b, _, _ in groups))
                 t0 = time.perf_counter()
             with blas_budget.limit(threads):

@@ -8,8 +8,10 @@ replicas spent more time in thread hand-offs (8 threads started, woken at
 every all-reduce, taking turns on the GIL) than in its matmuls, and numpy
 running the 8 replicas one after the other was 1.8x faster.  So a thread
 can run a *block* of replicas: the replicate body compiled once for ``m``
-replicas by :class:`~xtpu.runtime.plan.Plan` runs op ``i`` for each of
-them, then op ``i + 1``; a collective is one call that has the block's
+replicas by :class:`~xtpu.runtime.plan.Plan` runs the ops between two
+collectives for each of them in turn (replica after replica, so a
+replica's values are still in cache for its next op); a collective is one
+call that has the block's
 operands and, when other threads run other blocks, meets them once
 (``ThreadCommunicator.meet``); the last to arrive computes every group's
 result with the same functions as the threads' rendezvous
@@ -177,8 +179,8 @@ def preferred_threads(body: Operation, replicas: int, cores: int) -> int:
       reductions, data movement, is no more than the threads' hand-offs or a
       quarter of the matmuls): BLAS still uses every core, and more threads
       would cost more in hand-offs than they give;
-    * else a thread per core, each running its block of replicas op by op
-      with one core's share of BLAS (a thread per replica when there are no
+    * else a thread per core, each running its block of replicas with one
+      core's share of BLAS (a thread per replica when there are no
       more replicas than cores, or when a collective sits in a region).
 
     Measured with benchmarks/replica_threads.py on 2 cores: the MLP step

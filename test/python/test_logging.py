@@ -45,7 +45,7 @@ def test_trace_compile_cache_and_pass_events_carry_their_times(caplog, monkeypat
     assert all(re.match(r"pass \S+ in \d+\.\d\d ms$", m) for m in pass_msgs)
     runs = [m for name, m in messages if name == "xtpu.runtime" and m.startswith("run:")]
     # A step this small runs its replicas in one thread (runtime/sequential.py).
-    assert runs.count("run: 2 replicas on 1 thread, op by op: replicas [0, 1]") == 2
+    assert runs.count("run: 2 replicas on 1 thread: replicas [0, 1]") == 2
     assert len([m for m in runs if re.match(r"run: 2 replicas on 1 thread finished in \d+\.\d\d ms$", m)]) == 2
 
 

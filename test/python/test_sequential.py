@@ -1,5 +1,5 @@
 """The sequential mode (runtime/sequential.py): every replica of a step in
-one thread, op by op, against a thread per replica and numpy."""
+one thread (replica after replica between collectives), against a thread per replica and numpy."""
 
 import importlib.util
 import os
@@ -143,7 +143,7 @@ def test_a_training_step_equals_the_threads_bit_for_bit_on_one_blas_thread(R, mo
     assert c.executable.replica_execution[0] == "sequential"
     for t, s in zip(threads, seq):
         assert_bitwise(t, s)
-    if R > 2:  # 2 threads, each running a block of 4 replicas op by op
+    if R > 2:  # 2 threads, each running a block of 4 replicas
         mode(2)
         assert c.executable.replica_execution[0] == "blocks"
         for t, s in zip(threads, c(inputs)):
@@ -290,3 +290,33 @@ def test_the_cost_model_counts_matmul_flops_and_elements():
     flops, elements = sequential.work(exe.replicate)
     assert flops == 4 * 2 * 16 * 32 * 32  # four [16,32]x[32,32]-sized matmuls
     assert elements > 16 * 32  # tanh, the products, the mean ...
+
+
+def test_a_block_runs_each_segment_replica_after_replica():
+    # Between two collectives a block's plan runs replica 0's ops, then
+    # replica 1's, ... (its values stay in cache); a collective is one call.
+    from xtpu.runtime.plan import Plan, pure_kernel
+    from xtpu.runtime.sequential import COLLECTIVES, together_kernel
+
+    xs = [[np.full(3, r + 1.0, np.float32)] for r in range(3)]
+    c = xtpu.lower(lambda x: xtpu.math.exp(xtpu.cross_replica_sum(xtpu.math.tanh(x) * 2.0)) + 1.0, xs).compile()
+    body = c.executable.replicate
+    plan = Plan(body.body.block, "recorded", replicas=3, together=lambda op: isinstance(op, COLLECTIVES))
+    calls = []
+
+    def factory(op, j=0):
+        if j is None:
+            k = together_kernel(op, 3)
+            return lambda vals: (calls.append((op.name, "all")), k(vals))[1]
+        k = pure_kernel(op)
+        return lambda *a: (calls.append((op.name, j)), k(*a))[1]
+
+    out = plan.run([tuple(x for x, in xs)], plan.kernels(factory))
+    assert plan.source.count("for j in range(3):") == 2
+    before = [(n, j) for n, j in calls[:calls.index(("ccl.all_reduce", "all"))]]
+    assert [j for _, j in before] == sorted(j for _, j in before)  # replica after replica
+    assert [n for n, j in before if j == 0] == [n for n, j in before if j == 2]
+    total = sum(np.tanh(x) * np.float32(2) for x, in xs)
+    for r in range(3):
+        np.testing.assert_allclose(out[0][r], np.exp(total) + 1, rtol=1e-6)
+        np.testing.assert_array_equal(out[0][r], c(xs)[r][0])
