@@ -103,6 +103,7 @@ class Executable:
         self.host_variables = HOST_VARIABLES if host_variables is None else host_variables
         self.timeout = resolve_timeout(timeout)
         self._pure_kernels: dict[Operation, Callable[..., Any]] = {}
+        self._kernels_by_form: dict[tuple, Callable[..., Any]] = {}
         main = None
         self.host_fns: list[tuple[str, func.FuncOp]] = []
         for op in module.ops:
@@ -327,6 +328,8 @@ class Executable:
         shared = self._pure_kernels.get(op)
         if shared is not None:  # an op another worker found to have a pure kernel
             return shared
+        if not _needs_runtime(type(op)):  # most ops: their numpy kernel
+            return self._pure(op)
         ch = self.channels
         C = self.num_cores
         part = r * C + c
@@ -396,7 +399,15 @@ class Executable:
         (kernels keep no per-call state)."""
         k = self._pure_kernels.get(op)
         if k is None:
-            k = self._pure_kernels[op] = pure_kernel(op)
+            # Ops of one class with the same attributes and types (shared
+            # objects, alive with the module) have the same kernel: built
+            # once (the 10,000 adds of a chain: one kernel, not 10,000).
+            key = (type(op), tuple(map(id, op.properties.values())), tuple(map(id, op.attributes.values())),
+                   tuple(map(id, op.result_types)), tuple(id(v.type) for v in op.operands))
+            k = self._kernels_by_form.get(key)
+            if k is None:
+                k = self._kernels_by_form[key] = pure_kernel(op)
+            self._pure_kernels[op] = k
         return k
 
     def _host_kernel(self, op: Operation, w: HostWorker) -> Callable[..., Any]:
@@ -929,6 +940,25 @@ class _ParticipantKernels:
     def build_all(self, participants: Sequence[int]) -> None:
         for p in participants:
             self[p]
+
+
+#: The op classes whose device kernel needs the runtime (channels, the
+#: communicator, the replica's id, infeed) or is refused on the device:
+#: :meth:`Executable._device_kernel` handles them; every other op runs its
+#: numpy kernel.
+_RUNTIME_OPS = (tpu.SendToHostOp, tpu.RecvFromHostOp, tpu.ReplicaIdOp, InfeedDequeueTupleOp, tpu.LogicalCoreIdOp,
+                ccl.AllReduceOp, ccl.AllGatherOp, ccl.ReduceScatterOp, ccl.AllToAllOp, ccl.CollectivePermuteOp,
+                tpu.ShardingConstraintOp, tpu.RecvAtHostOp, tpu.SendFromHostOp)
+_needs_runtime_cache: dict[type, bool] = {}
+
+
+def _needs_runtime(cls: type) -> bool:
+    """Whether :meth:`Executable._device_kernel` must look at ops of ``cls``
+    (one of :data:`_RUNTIME_OPS`, a subclass, or a host-only op)."""
+    got = _needs_runtime_cache.get(cls)
+    if got is None:
+        got = _needs_runtime_cache[cls] = issubclass(cls, _RUNTIME_OPS) or bool(getattr(cls, "HOST_ONLY", False))
+    return got
 
 
 def _root(a: np.ndarray) -> Any:

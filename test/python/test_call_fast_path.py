@@ -223,3 +223,30 @@ def test_big_endian_inputs_are_their_values(dtype):
     np.testing.assert_array_equal(out[1][0], native * 2 * 2)
     c = xtpu.lower(lambda a: a + 1, [[native]]).compile()
     np.testing.assert_array_equal(c([[x]])[0][0], native + 1)
+
+
+def test_ops_of_one_form_share_one_kernel_and_constants_decode_once():
+    def chain(x):
+        for _ in range(50):
+            x = x * 1.5 + 1.0
+        return x
+
+    inputs = [[np.float32(0.5)]]
+    c = xtpu.lower(chain, inputs).compile()
+    exe = c.executable
+    assert len(exe._pure_kernels) == 100  # every op has its kernel ...
+    assert len(set(map(id, exe._pure_kernels.values()))) == 2  # ... one per form: multiply, add
+    assert len(exe.device_plan._decoded) == 2  # the constants 1.5 and 1.0, decoded once each
+    want = np.float32(0.5)
+    for _ in range(50):
+        want = want * np.float32(1.5) + np.float32(1.0)
+    assert c(inputs)[0][0] == want
+
+
+def test_a_host_only_op_left_on_the_device_is_still_refused():
+    from xtpu.pipeline import parse_module
+    from xtpu.runtime.executor import Executable
+
+    text = xtpu.lower(lambda x: xtpu.strings.format("v={}", [x]), [[np.float32(1)]]).as_text()  # before the passes
+    with pytest.raises(ValueError, match="cannot run on the device.*tpu-mark-outside-compilation"):
+        Executable(parse_module(text))
