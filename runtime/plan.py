@@ -152,7 +152,7 @@ class Plan:
             self._emit_segments(lines, entries, rets)
         lines.append("    return (" + "".join(f"{r}, " for r in rets) + ")")
         self.source = "\n".join(lines) + "\n"
-        namespace: dict[str, Any] = {"each": _each}
+        namespace: dict[str, Any] = {}
         filename = f"<xtpu plan {name} #{next(_plan_ids)}>"
         code = compile(self.source, filename, "exec")
         exec(code, namespace)
@@ -314,18 +314,6 @@ class Plan:
                     found = plan.ops[i]
             tb = tb.tb_next
         return found
-
-
-def _each(ks: Sequence[Callable[..., Any]], *operands: Sequence[Any]) -> list:
-    """Replica ``j``'s kernel ``ks[j]`` on replica ``j``'s operands, for
-    every ``j`` (a line of a plan for several replicas; a function, not a
-    comprehension in the generated code, which Python compiles in time
-    quadratic in the number of comprehensions)."""
-    if len(operands) == 1:
-        return [k(x) for k, x in zip(ks, operands[0])]
-    if len(operands) == 2:
-        return [k(x, y) for k, x, y in zip(ks, operands[0], operands[1])]
-    return [k(*xs) for k, *xs in zip(ks, *operands)]
 
 
 def running_op(frame) -> Operation | None:
