@@ -205,6 +205,7 @@ def test_one_replica_skips_the_execution_cost_model(monkeypatch):
 
     for name in ("ineligible", "collectives_in_regions", "work"):
         monkeypatch.setattr(sequential, name, walked)
+    monkeypatch.delenv("XTPU_INTER_OP_THREADS", raising=False)  # the cost model's choice, not a setting
     one = [[np.arange(4, dtype=np.float32)]]
     c = xtpu.lower(lambda x: xtpu.cross_replica_sum(x * 2.0), one).compile()
     assert c.executable.replica_execution == ("sequential", "xtpu's cost model")
