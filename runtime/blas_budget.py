@@ -29,6 +29,7 @@ __all__ = [
     "set_intra_op_parallelism_threads",
     "get_intra_op_parallelism_threads",
     "cores",
+    "budget",
     "threads_per_worker",
     "limit",
 ]
@@ -56,13 +57,18 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def budget() -> int:
+    """The cores xtpu may use: :func:`set_intra_op_parallelism_threads`,
+    else ``$XTPU_INTRA_OP_THREADS``, else every core of the process."""
+    return intra_op.value() or cores()
+
+
 def threads_per_worker(workers: int) -> int | None:
     """BLAS threads while ``workers`` device workers run at once; None:
     leave BLAS as it is (one worker, no budget set)."""
-    budget = intra_op.value()
-    if not budget and workers <= 1:
+    if workers <= 1 and not intra_op.value():
         return None
-    return max(1, (budget or cores()) // max(1, workers))
+    return max(1, budget() // max(1, workers))
 
 
 _lock = threading.Lock()

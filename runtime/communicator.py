@@ -251,10 +251,9 @@ def _reduce_chunks(values: Sequence[np.ndarray]) -> int:
         return 1
     if values[0].dtype.kind not in "biufc" or not all(v.flags.c_contiguous for v in values):
         return 1
-    from .blas_budget import cores
-    from .thread_settings import intra_op
+    from .blas_budget import budget
 
-    return max(1, min(intra_op.value() or cores(), size // PARALLEL_REDUCE_MIN_CHUNK))
+    return max(1, min(budget(), size // PARALLEL_REDUCE_MIN_CHUNK))
 
 
 def _check_dim(op: str, name: str, dim: int, value: np.ndarray, parts: int | None) -> int:

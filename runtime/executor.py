@@ -51,7 +51,7 @@ from xtpu.dialects.infeed import InfeedDequeueTupleOp
 from xtpu.runtime import infeed
 from xtpu.runtime.errors import Aborted, RuntimeTimeoutError, XtpuRuntimeError
 from xtpu.runtime.host import HostWorker, RunState, answer_awaited_next
-from xtpu.runtime.plan import Plan, call_plan, op_location, pure_kernel, running_op
+from xtpu.runtime.plan import Plan, call_plan, form_key, op_location, pure_kernel, running_op
 from xtpu.runtime import blas_budget, heap, sequential
 from xtpu.runtime import mpi as _mpi
 from xtpu.runtime.workers import AbortSignal, resolve_timeout, run_workers
@@ -325,10 +325,7 @@ class Executable:
     def _device_kernel(self, op: Operation, r: int, c: int = 0) -> Callable[..., Any]:
         """The kernel of ``op`` for the worker of replica ``r``, logical core
         ``c``: communicator participant ``r * C + c``."""
-        shared = self._pure_kernels.get(op)
-        if shared is not None:  # an op another worker found to have a pure kernel
-            return shared
-        if not _needs_runtime(type(op)):  # most ops: their numpy kernel
+        if not _needs_runtime(type(op)):  # most ops: their numpy kernel, shared by every worker
             return self._pure(op)
         ch = self.channels
         C = self.num_cores
@@ -399,11 +396,9 @@ class Executable:
         (kernels keep no per-call state)."""
         k = self._pure_kernels.get(op)
         if k is None:
-            # Ops of one class with the same attributes and types (shared
-            # objects, alive with the module) have the same kernel: built
-            # once (the 10,000 adds of a chain: one kernel, not 10,000).
-            key = (type(op), tuple(map(id, op.properties.values())), tuple(map(id, op.attributes.values())),
-                   tuple(map(id, op.result_types)), tuple(id(v.type) for v in op.operands))
+            # Ops of one form have the same kernel: built once (the 10,000
+            # adds of a chain: one kernel, not 10,000).
+            key = form_key(op)
             k = self._kernels_by_form.get(key)
             if k is None:
                 k = self._kernels_by_form[key] = pure_kernel(op)
@@ -566,8 +561,7 @@ class Executable:
     def replica_threads(self) -> int:
         """How many threads the next run's replicas run on
         (runtime/sequential.py): 1 (sequential), the replicas' count (a
-        thread each), or in between (each thread runs a block of replicas op
-        by op).  Under MPI, a rank runs a thread per replica and gives BLAS
+        thread each), or in between (each thread runs a block of replicas).  Under MPI, a rank runs a thread per replica and gives BLAS
         the threads of this choice, as one process would."""
         return sequential.replica_threads(self.num_replicas, self._sequential_reason, self._preferred_threads,
                                           self._groups_ok)
@@ -946,9 +940,9 @@ class _ParticipantKernels:
 #: communicator, the replica's id, infeed) or is refused on the device:
 #: :meth:`Executable._device_kernel` handles them; every other op runs its
 #: numpy kernel.
-_RUNTIME_OPS = (tpu.SendToHostOp, tpu.RecvFromHostOp, tpu.ReplicaIdOp, InfeedDequeueTupleOp, tpu.LogicalCoreIdOp,
-                ccl.AllReduceOp, ccl.AllGatherOp, ccl.ReduceScatterOp, ccl.AllToAllOp, ccl.CollectivePermuteOp,
-                tpu.ShardingConstraintOp, tpu.RecvAtHostOp, tpu.SendFromHostOp)
+_RUNTIME_OPS = sequential.COLLECTIVES + (tpu.SendToHostOp, tpu.RecvFromHostOp, tpu.ReplicaIdOp, InfeedDequeueTupleOp,
+                                         tpu.LogicalCoreIdOp, tpu.ShardingConstraintOp, tpu.RecvAtHostOp,
+                                         tpu.SendFromHostOp)
 _needs_runtime_cache: dict[type, bool] = {}
 
 

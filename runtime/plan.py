@@ -36,6 +36,16 @@ _UNSET = object()
 KernelFactory = Callable[[Operation], Callable[..., Any]]
 
 
+def form_key(op: Operation) -> tuple:
+    """What an op's kernel (or a constant's value) depends on: its class and
+    the identities of its properties, attributes and operand and result
+    types.  Attributes are immutable and tracing shares equal ones, so ops
+    with one key have one kernel; the identities hold while the module is
+    alive (a plan or an executable being built)."""
+    return (type(op), tuple(map(id, op.properties.values())), tuple(map(id, op.attributes.values())),
+            tuple(map(id, op.result_types)), tuple(id(v.type) for v in op.operands))
+
+
 def pure_kernel(op: Operation) -> Callable[..., Any]:
     """The numpy kernel of an op from its one definition (PrimitiveOp.kernel)."""
     if not isinstance(op, PrimitiveOp):
@@ -258,11 +268,9 @@ class Plan:
         value = self._constants.get(i, _UNSET)
         if value is _UNSET:
             op = self.ops[i]
-            # Tracing shares one attribute among equal small constants: the
-            # same attributes (alive while the plan is built) decode once
+            # Equal small constants share their attribute: each decodes once
             # (a 10,000-op chain's 10,000 constants: 0.1 s of its compile).
-            key = (type(op), tuple(map(id, op.properties.values())), tuple(map(id, op.attributes.values())),
-                   tuple(map(id, op.result_types)))
+            key = form_key(op)
             value = self._decoded.get(key, _UNSET)
             if value is _UNSET:
                 value = self._decoded[key] = _readonly(pure_kernel(op)())
