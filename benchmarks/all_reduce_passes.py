@@ -66,8 +66,10 @@ def bench_combine(replicas: int, k: int, repeats: int, inner: int) -> None:
     n_after = after.as_text().count("ccl.all_reduce")
     t_before = median_time(lambda: before(inputs), repeats, inner)
     t_after = median_time(lambda: after(inputs), repeats, inner)
-    print(f"combine  R={replicas} {k} gradients: {n_before} all-reduces {t_before * 1e3:8.3f} ms  ->  "
-          f"{n_after} all-reduce {t_after * 1e3:8.3f} ms  ({t_before / t_after:4.2f}x faster)")
+    print(
+        f"combine  R={replicas} {k} gradients: {n_before} all-reduces {t_before * 1e3:8.3f} ms  ->  "
+        f"{n_after} all-reduce {t_after * 1e3:8.3f} ms  ({t_before / t_after:4.2f}x faster)"
+    )
 
 
 def bench_combine_size(replicas: int, k: int, nbytes: int, repeats: int, inner: int) -> None:
@@ -78,8 +80,10 @@ def bench_combine_size(replicas: int, k: int, nbytes: int, repeats: int, inner: 
     after = lowered.compile(BASE + ",ccl-combine-all-reduce{threshold-bytes=1000000000000}")
     t_before = median_time(lambda: before(inputs), repeats, inner)
     t_after = median_time(lambda: after(inputs), repeats, inner)
-    print(f"combine  R={replicas} {k} x {nbytes:>8} B ({k * nbytes >> 10:>6} KiB in all): {t_before * 1e3:8.3f} ms  ->  "
-          f"{t_after * 1e3:8.3f} ms  ({t_before / t_after:4.2f}x)")
+    print(
+        f"combine  R={replicas} {k} x {nbytes:>8} B ({k * nbytes >> 10:>6} KiB in all): {t_before * 1e3:8.3f} ms  ->  "
+        f"{t_after * 1e3:8.3f} ms  ({t_before / t_after:4.2f}x)"
+    )
 
 
 def bench_decompose(replicas: int, nbytes: int, repeats: int, inner: int) -> None:
@@ -91,16 +95,22 @@ def bench_decompose(replicas: int, nbytes: int, repeats: int, inner: int) -> Non
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(before(xs), after(xs)))
     t_before = median_time(lambda: before(xs), repeats, inner)
     t_after = median_time(lambda: after(xs), repeats, inner)
-    print(f"decompose R={replicas} {nbytes:>9} B: all-reduce {t_before * 1e3:8.3f} ms, "
-          f"reduce-scatter + all-gather {t_after * 1e3:8.3f} ms  ({t_before / t_after:4.2f}x)")
+    print(
+        f"decompose R={replicas} {nbytes:>9} B: all-reduce {t_before * 1e3:8.3f} ms, "
+        f"reduce-scatter + all-gather {t_after * 1e3:8.3f} ms  ({t_before / t_after:4.2f}x)"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="fewer sizes and loops")
-    ap.add_argument("--backend", choices=("threads", "mpi"), default="threads",
-                    help="mpi: run under mpiexec -n P, replicas spread over the ranks")
+    ap.add_argument(
+        "--backend",
+        choices=("threads", "mpi"),
+        default="threads",
+        help="mpi: run under mpiexec -n P, replicas spread over the ranks",
+    )
     args = ap.parse_args()
     if args.backend == "mpi":
         import builtins

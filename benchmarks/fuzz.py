@@ -134,10 +134,21 @@ def run_all(args) -> tuple[list[dict], float]:
                 procs[wid].kill()
                 procs[wid].join()
                 del procs[wid], current[wid]
-                done[i] = {"i": i, "time": now - started, "features": [], "lines": 0, "runs": 0,
-                           "status": "hang", "signature": "hang|wall-limit|worker killed", "known": None,
-                           "failure": f"hang (wall limit): program {i} ran longer than {args.wall_limit} s",
-                           "replicas": 1, "cores": 1, "path": "wall-limit", "choices": None}
+                done[i] = {
+                    "i": i,
+                    "time": now - started,
+                    "features": [],
+                    "lines": 0,
+                    "runs": 0,
+                    "status": "hang",
+                    "signature": "hang|wall-limit|worker killed",
+                    "known": None,
+                    "failure": f"hang (wall limit): program {i} ran longer than {args.wall_limit} s",
+                    "replicas": 1,
+                    "cores": 1,
+                    "path": "wall-limit",
+                    "choices": None,
+                }
                 spawn()
         for wid, p in list(procs.items()):
             if not p.is_alive() and wid not in current and len(done) < args.programs and p.exitcode not in (0, None):
@@ -146,8 +157,12 @@ def run_all(args) -> tuple[list[dict], float]:
         if args.progress and time.perf_counter() - last_report > args.progress:
             last_report = time.perf_counter()
             bad = sum(1 for r in done.values() if r["status"] != "ok")
-            print(f"  {len(done)}/{args.programs} programs, {bad} failures, "
-                  f"{len(done) / (last_report - t0):.1f} programs/s", file=sys.stderr, flush=True)
+            print(
+                f"  {len(done)}/{args.programs} programs, {bad} failures, "
+                f"{len(done) / (last_report - t0):.1f} programs/s",
+                file=sys.stderr,
+                flush=True,
+            )
     elapsed = time.perf_counter() - t0
     for _ in procs:
         tasks.put(None)
@@ -174,8 +189,11 @@ def minimize_one(rec: dict, args) -> str:
     def same(prog, f):
         # a line-level cut that leaves a name undefined makes another failure,
         # whatever a classifier of the original would say of it
-        return (f is not None and not any(e in str(f) for e in ("NameError", "UnboundLocalError", "SyntaxError"))
-                and (fp.classify_known(f, prog) or f.signature) == want)
+        return (
+            f is not None
+            and not any(e in str(f) for e in ("NameError", "UnboundLocalError", "SyntaxError"))
+            and (fp.classify_known(f, prog) or f.signature) == want
+        )
 
     replicas, cores = rec["replicas"], rec["cores"]
     # fewer replicas first: most failures do not need 8
@@ -187,8 +205,9 @@ def minimize_one(rec: dict, args) -> str:
                 break
     # the choices first (cheap, large steps), then the program's lines
     start = time.monotonic()
-    best = fp.minimize(rec["choices"], lambda c: same(*check(c, replicas, cores)),
-                       deadline=start + args.minimize_budget / 2)
+    best = fp.minimize(
+        rec["choices"], lambda c: same(*check(c, replicas, cores)), deadline=start + args.minimize_budget / 2
+    )
     prog, f = check(best, replicas, cores)
     if f is None:  # flaky: report the original
         prog, f = check(rec["choices"], rec["replicas"], rec["cores"])
@@ -196,8 +215,9 @@ def minimize_one(rec: dict, args) -> str:
         return fp.reproducer(prog, f, replicas, cores)
 
     def fails(candidate):
-        g = fp.check_program(candidate, configs=[(replicas, cores)], roundtrip=roundtrip,
-                             timeout=args.timeout, avoid=avoid)
+        g = fp.check_program(
+            candidate, configs=[(replicas, cores)], roundtrip=roundtrip, timeout=args.timeout, avoid=avoid
+        )
         return same(candidate, g)
 
     prog = fp.minimize_program(prog, fails, deadline=start + args.minimize_budget)
@@ -230,11 +250,18 @@ def main(argv=None) -> int:
     ap.add_argument("--programs", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--timeout", type=float, default=20.0, help="seconds a channel, collective or eager meeting may wait")
-    ap.add_argument("--wall-limit", type=float, default=180.0, help="seconds one program may take before its worker is killed")
+    ap.add_argument(
+        "--timeout", type=float, default=20.0, help="seconds a channel, collective or eager meeting may wait"
+    )
+    ap.add_argument(
+        "--wall-limit", type=float, default=180.0, help="seconds one program may take before its worker is killed"
+    )
     ap.add_argument("--roundtrip-every", type=int, default=4, help="text round trip for every k-th program (0: never)")
-    ap.add_argument("--avoid-known", action="store_true",
-                    help="do not generate programs that hit the known defects (issue 10's and those found so far)")
+    ap.add_argument(
+        "--avoid-known",
+        action="store_true",
+        help="do not generate programs that hit the known defects (issue 10's and those found so far)",
+    )
     ap.add_argument("--minimize", type=int, default=12, help="distinct failures to minimize")
     ap.add_argument("--minimize-budget", type=float, default=120.0, help="seconds per minimization")
     ap.add_argument("--progress", type=float, default=30.0, help="seconds between progress lines on stderr (0: none)")
@@ -244,18 +271,25 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.join(HERE, "..", "test", "python"))
     import fuzz_programs as fp
 
-    print(f"fuzzing {args.programs} programs, seed {args.seed}, {args.jobs} worker processes, "
-          f"timeout {args.timeout} s, round trip every {args.roundtrip_every}"
-          + (", known defects avoided" if args.avoid_known else ""), flush=True)
+    print(
+        f"fuzzing {args.programs} programs, seed {args.seed}, {args.jobs} worker processes, "
+        f"timeout {args.timeout} s, round trip every {args.roundtrip_every}"
+        + (", known defects avoided" if args.avoid_known else ""),
+        flush=True,
+    )
     records, elapsed = run_all(args)
     runs = sum(r["runs"] for r in records)
     counts = collections.Counter(r["status"] for r in records)
-    print(f"\n{len(records)} programs in {elapsed:.1f} s: {len(records) / elapsed:.1f} programs/s, "
-          f"{runs / elapsed:.1f} compiled runs/s ({runs} runs: each against its eager reference), "
-          f"{sum(r['lines'] for r in records) / max(1, len(records)):.1f} lines per program, "
-          f"mean {sum(r['time'] for r in records) / max(1, len(records)) * 1e3:.0f} ms per program per worker")
-    print(f"mismatches: {counts['mismatch']}, crashes: {counts['crash']}, hangs: {counts['hang']}, "
-          f"agreeing: {counts['ok']}")
+    print(
+        f"\n{len(records)} programs in {elapsed:.1f} s: {len(records) / elapsed:.1f} programs/s, "
+        f"{runs / elapsed:.1f} compiled runs/s ({runs} runs: each against its eager reference), "
+        f"{sum(r['lines'] for r in records) / max(1, len(records)):.1f} lines per program, "
+        f"mean {sum(r['time'] for r in records) / max(1, len(records)) * 1e3:.0f} ms per program per worker"
+    )
+    print(
+        f"mismatches: {counts['mismatch']}, crashes: {counts['crash']}, hangs: {counts['hang']}, "
+        f"agreeing: {counts['ok']}"
+    )
 
     groups: dict[str, list[dict]] = collections.defaultdict(list)
     for r in records:

@@ -110,8 +110,12 @@ def run(kind: str, steps: int, produce_s: float, repeats: int) -> dict:
         t_overlapped = time.perf_counter() - t
         producer.join()
         if rep:
-            for name, total in (("compute", t_compute), ("produce", t_produce), ("serial", t_serial),
-                                ("overlapped", t_overlapped)):
+            for name, total in (
+                ("compute", t_compute),
+                ("produce", t_produce),
+                ("serial", t_serial),
+                ("overlapped", t_overlapped),
+            ):
                 figures[name].append(total / steps * 1e3)
     return {name: statistics.median(v) for name, v in figures.items()}
 
@@ -119,15 +123,19 @@ def run(kind: str, steps: int, produce_s: float, repeats: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--produce-ms", type=float, default=None,
-                    help="producer time per step (default: the measured compute time of a step)")
+    ap.add_argument(
+        "--produce-ms",
+        type=float,
+        default=None,
+        help="producer time per step (default: the measured compute time of a step)",
+    )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--kind", choices=["io", "cpu", "both"], default="both")
     args = ap.parse_args()
     if args.produce_ms is None:  # balance the two: the case where overlap matters most
         args.produce_ms = run("io", 10, 0.0, 2)["compute"]
     print(f"infeed overlap: {R} replicas, x[{B},{D}] MLP step, {args.steps} steps, median of {args.repeats} runs")
-    for kind in (["io", "cpu"] if args.kind == "both" else [args.kind]):
+    for kind in ["io", "cpu"] if args.kind == "both" else [args.kind]:
         f = run(kind, args.steps, args.produce_ms / 1e3, args.repeats)
         bound = max(f["produce"], f["compute"])
         print(

@@ -154,7 +154,6 @@ def xtpu_mlp_step(x, w, w2):
     return loss, xtpu.cross_replica_sum(xtpu.matmul(x, g_z, transpose_a=True))
 
 
-
 def xtpu_side(repeats: int, quick: bool) -> dict:
     import xtpu
 
@@ -204,7 +203,8 @@ def jax_side(repeats: int, quick: bool) -> dict:
     import jax
     import jax.numpy as jnp
     from jax.experimental import io_callback
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     res: dict = {}
     devices = jax.devices()
@@ -248,8 +248,12 @@ def jax_side(repeats: int, quick: bool) -> dict:
 
     def trips(x):
         for _ in range(TRIPS):
-            x = io_callback(lambda v: np.asarray(v + 1.0, np.float32), jax.ShapeDtypeStruct((), jnp.float32), x,
-                            ordered=True) * 1.0
+            x = (
+                io_callback(
+                    lambda v: np.asarray(v + 1.0, np.float32), jax.ShapeDtypeStruct((), jnp.float32), x, ordered=True
+                )
+                * 1.0
+            )
         return x
 
     f = jax.jit(trips)
@@ -310,14 +314,18 @@ def table(rounds: int = 3, repeats: int = 7, quick: bool = False) -> list[str]:
             runs["jax"].append(run_side("jax", repeats, quick))
     med = {side: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for side, rs in runs.items() if rs}
     x, j = med["xtpu"], med.get("jax", {})
-    lines.append(f"xtpu against JAX {'(' + version + ') ' if version else ''}on "
-                 f"{os.cpu_count()} cores, medians of {rounds} rounds")
+    lines.append(
+        f"xtpu against JAX {'(' + version + ') ' if version else ''}on "
+        f"{os.cpu_count()} cores, medians of {rounds} rounds"
+    )
     lines.append(blas_kernels())
     lines.append(f"  {'workload':<24} {'xtpu':>11} {'JAX':>11} {'xtpu/JAX':>9} {'numpy':>11}")
     for key in [k for k in x if not k.startswith("numpy ") and k != "quiet"]:
         ratio = f"{x[key] / j[key]:.2f}" if key in j else "-"
-        lines.append(f"  {key:<24} {fmt(key, x[key]):>11} {fmt(key, j.get(key)):>11} {ratio:>9} "
-                     f"{fmt(key, x.get('numpy ' + key)):>11}")
+        lines.append(
+            f"  {key:<24} {fmt(key, x[key]):>11} {fmt(key, j.get(key)):>11} {ratio:>9} "
+            f"{fmt(key, x.get('numpy ' + key)):>11}"
+        )
     quiet = [f"{side} {100 * m['quiet']:.0f}%" for side, m in (("xtpu", x), ("JAX", j)) if "quiet" in m]
     lines.append("  figures taken while no other process used the CPU (median over rounds): " + ", ".join(quiet))
     return lines
@@ -334,8 +342,10 @@ def blas_kernels() -> str:
         return "numpy's BLAS: not found by threadpoolctl"
     i = libs[0]
     forced = os.environ.get("OPENBLAS_CORETYPE")
-    return (f"numpy's BLAS: {i.get('internal_api')} {i.get('version') or ''}, {i.get('architecture') or '?'} kernels, "
-            f"{i.get('num_threads')} threads" + (f" (OPENBLAS_CORETYPE={forced} chose them)" if forced else ""))
+    return (
+        f"numpy's BLAS: {i.get('internal_api')} {i.get('version') or ''}, {i.get('architecture') or '?'} kernels, "
+        f"{i.get('num_threads')} threads" + (f" (OPENBLAS_CORETYPE={forced} chose them)" if forced else "")
+    )
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:

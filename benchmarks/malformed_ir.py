@@ -79,7 +79,10 @@ def program_modules() -> list[tuple[str, str, str]]:
         b = xtpu.cross_replica_sum(a, group_assignment=[[0, 2], [1, 3]])
         return b, xtpu.math.reduce_max(a)
 
-    ins = [[rng.standard_normal((2, 4)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)] for _ in range(4)]
+    ins = [
+        [rng.standard_normal((2, 4)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)]
+        for _ in range(4)
+    ]
     add("groups", xtpu.lower(groups, ins))
 
     da = xtpu.DeviceAssignment.build(xtpu.initialize_tpu_system(), computation_shape=[1, 1, 1, 2], num_replicas=2)
@@ -88,7 +91,10 @@ def program_modules() -> list[tuple[str, str, str]]:
         x = xtpu.split_to_logical_devices(x, [2, 1])
         return xtpu.cross_replica_sum(xtpu.nn.relu(x @ w))
 
-    ins = [[rng.standard_normal((4, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)] for _ in range(2)]
+    ins = [
+        [rng.standard_normal((4, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)]
+        for _ in range(2)
+    ]
     add("logical_devices", xtpu.lower(split, ins, device_assignment=da), cores=2)
     return out
 
@@ -121,18 +127,75 @@ TOKEN = re.compile(
 )
 NUMBER = re.compile(r"(?<![\w%#@^.$])-?\d+(?:\.\d*(?:e[+-]?\d+)?)?(?![\w.])|(?<=[<x])\d+(?=x)")
 ELEMENT = re.compile(r"\b(?:f16|bf16|f32|f64|i1|i8|i16|i32|i64|ui8|si32|index)\b")
-TYPES = ["f16", "bf16", "f32", "f64", "i1", "i8", "i32", "i64", "ui32", "index", "tensor<f32>", "tensor<2xi64>",
-         "tensor<?xf32>", "!hlo.string", "tensor<2x2x!hlo.string>", "none", "()", "complex<f32>", "vector<2xf32>",
-         "memref<2xf32>", "tensor<0xf32>", "tuple<>", "f80"]
-NUMBERS = ["0", "1", "2", "3", "4", "5", "7", "-1", "-2", "64", "1000", "2147483648", "9223372036854775808",
-           "18446744073709551616", "0.5", "-0.0", "1.0e+30", "1e400", "0x7F", "true", "false"]
+TYPES = [
+    "f16",
+    "bf16",
+    "f32",
+    "f64",
+    "i1",
+    "i8",
+    "i32",
+    "i64",
+    "ui32",
+    "index",
+    "tensor<f32>",
+    "tensor<2xi64>",
+    "tensor<?xf32>",
+    "!hlo.string",
+    "tensor<2x2x!hlo.string>",
+    "none",
+    "()",
+    "complex<f32>",
+    "vector<2xf32>",
+    "memref<2xf32>",
+    "tensor<0xf32>",
+    "tuple<>",
+    "f80",
+]
+NUMBERS = [
+    "0",
+    "1",
+    "2",
+    "3",
+    "4",
+    "5",
+    "7",
+    "-1",
+    "-2",
+    "64",
+    "1000",
+    "2147483648",
+    "9223372036854775808",
+    "18446744073709551616",
+    "0.5",
+    "-0.0",
+    "1.0e+30",
+    "1e400",
+    "0x7F",
+    "true",
+    "false",
+]
 
 
 SSA_USE = re.compile(r"(?<![\w%])%[\w$.]+(?:#\d+)?(?!\s*[=:])")
 STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 ATTR_ENTRY = re.compile(r"(?<=[{,<] )?\b[\w.]+ = (?:\[[^\]]*\]|#tpu\.sharding<\{[^}]*\}>|\"[^\"]*\"|[^,}]+)")
-KINDS = ["delete", "duplicate", "truncate", "swap", "copy", "number", "type", "number", "type", "ssa", "string",
-         "attr", "quote", "multi"]
+KINDS = [
+    "delete",
+    "duplicate",
+    "truncate",
+    "swap",
+    "copy",
+    "number",
+    "type",
+    "number",
+    "type",
+    "ssa",
+    "string",
+    "attr",
+    "quote",
+    "multi",
+]
 
 
 def mutate(text: str, rng: random.Random) -> tuple[str, str]:
@@ -202,7 +265,9 @@ OP_NAME = re.compile(r"'[a-z_]+\.[a-z_][\w.]*'|\b(?:tpu|hlo|ccl|func|builtin|aut
 PASSED = ("ok", "diagnostic", "op-diagnostic", "input-error")
 """Outcomes that pass: success, a diagnostic at file:line:col, one naming
 the op (pass and runtime diagnostics), xtpu-run refusing the inputs."""
-INPUT_ERROR = re.compile(r"^xtpu-run: (input \d+ of replica|the module has \d+ replicas|replica \d+ has \d+ inputs|the module takes no inputs)")
+INPUT_ERROR = re.compile(
+    r"^xtpu-run: (input \d+ of replica|the module has \d+ replicas|replica \d+ has \d+ inputs|the module takes no inputs)"
+)
 
 
 class Hang(Exception):
@@ -356,10 +421,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show", type=int, default=5, help="failures to print in full")
     args = ap.parse_args(argv)
     report = run(args.mutants, args.seed)
-    print(f"{report.mutants} mutants in {report.seconds:.1f} s ({1000 * report.seconds / max(report.mutants, 1):.0f} ms each)")
+    print(
+        f"{report.mutants} mutants in {report.seconds:.1f} s ({1000 * report.seconds / max(report.mutants, 1):.0f} ms each)"
+    )
     for (tool, status), count in sorted(report.counts.items()):
         print(f"  {tool:11} {status:14} {count}")
-    for base_name, what, o, text in report.failures[: args.show]:
+    for base_name, what, o, _text in report.failures[: args.show]:
         print(f"\n== {o.tool} {o.status} on {base_name} ({what})\n{o.detail.rstrip()}")
     calls = sum(report.counts.values())
     print(f"{calls} tool runs, {len(report.failures)} failures (a traceback, a hang or no location)")

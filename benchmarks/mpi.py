@@ -112,13 +112,23 @@ def worker(repeats: int) -> None:
         x = np.random.default_rng(rank).standard_normal(nbytes // 4).astype(np.float32)
         out = np.empty_like(x)
         inner = _inner(nbytes)
-        t_raw, t_x = best_times([lambda: comm.Allreduce(x, out, op=MPI.SUM),
-                                 lambda: hybrid.all_reduce(rank, x, None)], repeats, inner, comm.Barrier)
+        t_raw, t_x = best_times(
+            [lambda: comm.Allreduce(x, out, op=MPI.SUM), lambda: hybrid.all_reduce(rank, x, None)],
+            repeats,
+            inner,
+            comm.Barrier,
+        )
         got = hybrid.all_reduce(rank, x, None)
         comm.Allreduce(x, out, op=MPI.SUM)
         bus = nbytes * 2 * (P - 1) / P
-        rows.append({"bytes": nbytes, "raw_GBps": bus / t_raw / 1e9, "xtpu_GBps": bus / t_x / 1e9,
-                     "max_diff": float(np.max(np.abs(got - out)))})
+        rows.append(
+            {
+                "bytes": nbytes,
+                "raw_GBps": bus / t_raw / 1e9,
+                "xtpu_GBps": bus / t_x / 1e9,
+                "max_diff": float(np.max(np.abs(got - out))),
+            }
+        )
     t_step, gw = bench_mlp_step(repeats, comm.Barrier)
     if rank == 0:
         print(json.dumps({"allreduce": rows, "mlp_ranks_s": t_step, "mlp_gw": gw.tolist()}), flush=True)
@@ -154,13 +164,30 @@ def main() -> None:
         t_one, _ = bench_mlp_step(args.repeats, R=1)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.pop("XTPU_BACKEND", None)
-    proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, os.path.abspath(__file__), "--worker",
-                           "--repeats", str(args.repeats)], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            find_mpiexec(),
+            "-n",
+            "2",
+            sys.executable,
+            os.path.abspath(__file__),
+            "--worker",
+            "--repeats",
+            str(args.repeats),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if proc.returncode:
         sys.exit(f"mpiexec failed:\n{proc.stdout}\n{proc.stderr}")
     res = json.loads(proc.stdout.strip().splitlines()[-1])
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--pool-worker", "--repeats", str(args.repeats)],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--pool-worker", "--repeats", str(args.repeats)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if proc.returncode:
         sys.exit(f"the local pool failed:\n{proc.stdout}\n{proc.stderr}")
     pool = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -169,17 +196,25 @@ def main() -> None:
     for row in res["allreduce"]:
         b = row["bytes"]
         size = f"{b >> 20} MB" if b >= 1 << 20 else f"{b >> 10} KB"
-        print(f"  {size:>8}  {row['raw_GBps']:16.3f}  {row['xtpu_GBps']:13.3f}  {row['xtpu_GBps'] / row['raw_GBps']:9.0%}  {row['max_diff']:10.2g}")
+        print(
+            f"  {size:>8}  {row['raw_GBps']:16.3f}  {row['xtpu_GBps']:13.3f}  {row['xtpu_GBps'] / row['raw_GBps']:9.0%}  {row['max_diff']:10.2g}"
+        )
     same = np.array_equal(np.asarray(res["mlp_gw"], np.float32), gw_threads)
     ratio = res["mlp_ranks_s"] / t_threads
     print("MLP step, R = 2 (x[64,256] per replica), every replica's outputs on every rank:")
-    print(f"  2 threads: {t_threads * 1e3:.2f} ms   2 ranks: {res['mlp_ranks_s'] * 1e3:.2f} ms   "
-          f"ranks / threads: {ratio:.2f}x (target <= 0.6x)   same gradient bits: {same}")
+    print(
+        f"  2 threads: {t_threads * 1e3:.2f} ms   2 ranks: {res['mlp_ranks_s'] * 1e3:.2f} ms   "
+        f"ranks / threads: {ratio:.2f}x (target <= 0.6x)   same gradient bits: {same}"
+    )
     same_pool = np.array_equal(np.asarray(pool["mlp_gw"], np.float32), gw_threads)
-    print(f"  local pool of 2 processes (plain python, outputs to rank 0): {pool['mlp_pool_s'] * 1e3:.2f} ms   "
-          f"pool / threads: {pool['mlp_pool_s'] / t_threads:.2f}x   same gradient bits: {same_pool}")
-    print(f"  one replica alone (R = 1, one process; the floor of a rank's step): {t_one * 1e3:.2f} ms "
-          f"= {t_one / t_threads:.2f}x the threads' time")
+    print(
+        f"  local pool of 2 processes (plain python, outputs to rank 0): {pool['mlp_pool_s'] * 1e3:.2f} ms   "
+        f"pool / threads: {pool['mlp_pool_s'] / t_threads:.2f}x   same gradient bits: {same_pool}"
+    )
+    print(
+        f"  one replica alone (R = 1, one process; the floor of a rank's step): {t_one * 1e3:.2f} ms "
+        f"= {t_one / t_threads:.2f}x the threads' time"
+    )
 
 
 if __name__ == "__main__":

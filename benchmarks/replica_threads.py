@@ -74,8 +74,11 @@ def workloads(quick: bool):
             yield f"mlp {B}x{D} R={R}", mlp_step, [[x, w, w2] for x in xs]
     for R in (2, 8):
         rng = np.random.default_rng(1)
-        yield f"crs 1e6 R={R}", lambda x: xtpu.cross_replica_sum(x), \
-            [[rng.standard_normal(1_000_000).astype(np.float32)] for _ in range(R)]
+        yield (
+            f"crs 1e6 R={R}",
+            lambda x: xtpu.cross_replica_sum(x),
+            [[rng.standard_normal(1_000_000).astype(np.float32)] for _ in range(R)],
+        )
     if not quick:
         for R in (2, 8):
             yield f"elementwise 1e5 R={R}", elementwise, [[np.ones(100_000, np.float32)] for _ in range(R)]
@@ -93,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     from xtpu.runtime import blas_budget
 
     cores = blas_budget.cores()
-    print(f"replicas on 1 thread / {cores} threads (blocks) / a thread each, on {cores} cores, "
-          f"medians of {args.rounds} rounds")
+    print(
+        f"replicas on 1 thread / {cores} threads (blocks) / a thread each, on {cores} cores, "
+        f"medians of {args.rounds} rounds"
+    )
     print(blas_kernels())
     print(f"  {'workload':<22} {'1 thread':>11} {f'{cores} threads':>11} {'R threads':>11}  xtpu picks")
     noisy = False
@@ -128,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             txt = f"{v * 1e3:.3f} ms" if v >= 1e-3 else f"{v * 1e6:.1f} us"
             return txt + ("*" if w == picked else " ") + ("<" if w == fastest else " ")
 
-        print(f"  {name:<22} {cell(1):>13} {cell(cores) if cores < R else '-':>13} {cell(R):>13}  "
-              f"{picked} thread{'s' if picked > 1 else ''}")
+        print(
+            f"  {name:<22} {cell(1):>13} {cell(cores) if cores < R else '-':>13} {cell(R):>13}  "
+            f"{picked} thread{'s' if picked > 1 else ''}"
+        )
     print("  (* xtpu's choice, < the fastest)")
     if noisy:
         print("note: other processes were running during some rounds; the figures are noisy")

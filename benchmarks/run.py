@@ -37,9 +37,9 @@ import argparse
 import os
 import time
 
+import jax_compare  # benchmarks/ is on the path of a script run from it
 import numpy as np
 
-import jax_compare  # benchmarks/ is on the path of a script run from it
 import xtpu
 
 R, B, D = 8, 64, 256
@@ -327,8 +327,13 @@ def bench_overlap(repeats: int) -> dict:
             times[name] = best_time(lambda: c(inputs), max(3, repeats // 5))
     ref = both(a, w, w)
     np.testing.assert_allclose(xtpu.replicate(both, inputs)[0][0], ref, rtol=1e-4, atol=1e-4)
-    return {"both_s": times["both"], "device_s": times["device"], "host_s": times["host"], "k": k,
-            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+    return {
+        "both_s": times["both"],
+        "device_s": times["device"],
+        "host_s": times["host"],
+        "k": k,
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+    }
 
 
 def main() -> None:
@@ -350,32 +355,64 @@ def main() -> None:
         ("8-replica MLP step, numpy replica after replica", f"{mlp['numpy_s'] * 1e3:.2f} ms", ""),
         ("  ratio xtpu / numpy", f"{ratio:.2f}x", "target <= 1.5x " + ("OK" if ratio <= 1.5 else "MISSED")),
         ("  largest |dW| difference from numpy", f"{mlp['max_err']:.2g}", ""),
-        ("executor cost per op (1,000 scalar adds, kernel included)", f"{chain['plan_per_op_s'] * 1e6:.2f} us",
-         "target <= 3 us " + ("OK" if chain["plan_per_op_s"] <= 3e-6 else "MISSED")),
+        (
+            "executor cost per op (1,000 scalar adds, kernel included)",
+            f"{chain['plan_per_op_s'] * 1e6:.2f} us",
+            "target <= 3 us " + ("OK" if chain["plan_per_op_s"] <= 3e-6 else "MISSED"),
+        ),
         ("  numpy's own cost per scalar add (Python loop)", f"{chain['numpy_per_op_s'] * 1e6:.2f} us", ""),
         ("  whole replicate call, per op", f"{chain['whole_call_per_op_s'] * 1e6:.2f} us", ""),
-        ("host round trip through outside compilation", f"{host['round_trip_s'] * 1e6:.1f} us",
-         "target <= 30 us " + ("OK" if host["round_trip_s"] <= 30e-6 else "MISSED")),
-        *[(f"  host cluster between device ops, R={n}, per call", f"{bounds[f'host R={n}'] * 1e6:.1f} us", "")
-          for n in (1, 2, 8)],
-        *[(f"cross_replica_sum of a scalar, R={n}, per call", f"{bounds[f'crs R={n}'] * 1e6:.1f} us",
-           f"a thread per replica: {bounds[f'crs threads R={n}'] * 1e6:.1f} us") for n in (2, 8)],
-        ("trace + compile of the MLP step", f"{mlp['compile_s'] * 1e3:.0f} ms",
-         "target < 500 ms " + ("OK" if mlp["compile_s"] < 0.5 else "MISSED")),
-        ("overlap: host cluster + device work in one step", f"{overlap['both_s'] * 1e3:.1f} ms",
-         f"vs {(overlap['device_s'] + overlap['host_s']) * 1e3:.1f} ms one after the other"),
-        ("  device work alone", f"{overlap['device_s'] * 1e3:.1f} ms",
-         f"{overlap['k']} matmuls [256,256], BLAS 1 thread, {overlap['cores']} cores"),
+        (
+            "host round trip through outside compilation",
+            f"{host['round_trip_s'] * 1e6:.1f} us",
+            "target <= 30 us " + ("OK" if host["round_trip_s"] <= 30e-6 else "MISSED"),
+        ),
+        *[
+            (f"  host cluster between device ops, R={n}, per call", f"{bounds[f'host R={n}'] * 1e6:.1f} us", "")
+            for n in (1, 2, 8)
+        ],
+        *[
+            (
+                f"cross_replica_sum of a scalar, R={n}, per call",
+                f"{bounds[f'crs R={n}'] * 1e6:.1f} us",
+                f"a thread per replica: {bounds[f'crs threads R={n}'] * 1e6:.1f} us",
+            )
+            for n in (2, 8)
+        ],
+        (
+            "trace + compile of the MLP step",
+            f"{mlp['compile_s'] * 1e3:.0f} ms",
+            "target < 500 ms " + ("OK" if mlp["compile_s"] < 0.5 else "MISSED"),
+        ),
+        (
+            "overlap: host cluster + device work in one step",
+            f"{overlap['both_s'] * 1e3:.1f} ms",
+            f"vs {(overlap['device_s'] + overlap['host_s']) * 1e3:.1f} ms one after the other",
+        ),
+        (
+            "  device work alone",
+            f"{overlap['device_s'] * 1e3:.1f} ms",
+            f"{overlap['k']} matmuls [256,256], BLAS 1 thread, {overlap['cores']} cores",
+        ),
         ("  host cluster alone", f"{overlap['host_s'] * 1e3:.1f} ms", ""),
         ("8-replica MLP train step, GradientTape + SGD", f"{ad['tape_s'] * 1e3:.2f} ms", ""),
         ("8-replica MLP train step, backward written out + SGD", f"{ad['hand_s'] * 1e3:.2f} ms", ""),
-        ("  ratio GradientTape / written out", f"{ad_ratio:.2f}x",
-         "target <= 1.1x " + ("OK" if ad_ratio <= 1.1 else "MISSED")),
+        (
+            "  ratio GradientTape / written out",
+            f"{ad_ratio:.2f}x",
+            "target <= 1.1x " + ("OK" if ad_ratio <= 1.1 else "MISSED"),
+        ),
         ("  largest difference of loss and weights", f"{ad['max_err']:.2g}", ""),
-        ("trace + compile, GradientTape step", f"{ad['tape_compile_s'] * 1e3:.0f} ms",
-         f"written out: {ad['hand_compile_s'] * 1e3:.0f} ms"),
-        ("  ratio to the forward-only step", f"{ad_compile_ratio:.2f}x",
-         f"({ad['forward_compile_s'] * 1e3:.0f} ms) target <= 2x " + ("OK" if ad_compile_ratio <= 2 else "MISSED")),
+        (
+            "trace + compile, GradientTape step",
+            f"{ad['tape_compile_s'] * 1e3:.0f} ms",
+            f"written out: {ad['hand_compile_s'] * 1e3:.0f} ms",
+        ),
+        (
+            "  ratio to the forward-only step",
+            f"{ad_compile_ratio:.2f}x",
+            f"({ad['forward_compile_s'] * 1e3:.0f} ms) target <= 2x " + ("OK" if ad_compile_ratio <= 2 else "MISSED"),
+        ),
     ]
     width = max(len(r[0]) for r in rows)
     for name, value, note in rows:

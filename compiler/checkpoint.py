@@ -62,9 +62,24 @@ def _collect(roots: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, Any
                 paths[id(x)] = path
                 out[f"{path}/{_VALUE}"] = x
             return
-        if x is None or isinstance(x, (str, bytes, int, float, bool, np.ndarray, np.generic, type, types.ModuleType,
-                                       types.FunctionType, types.MethodType, types.BuiltinFunctionType,
-                                       functools.partial)):
+        if x is None or isinstance(
+            x,
+            (
+                str,
+                bytes,
+                int,
+                float,
+                bool,
+                np.ndarray,
+                np.generic,
+                type,
+                types.ModuleType,
+                types.FunctionType,
+                types.MethodType,
+                types.BuiltinFunctionType,
+                functools.partial,
+            ),
+        ):
             return
         if id(x) in seen:
             return
@@ -116,20 +131,21 @@ class CheckpointLoadStatus:
         self._unmatched = unmatched
         self._path = path
 
-    def assert_consumed(self) -> "CheckpointLoadStatus":
+    def assert_consumed(self) -> CheckpointLoadStatus:
         """Raises AssertionError naming what did not match, either way."""
         if self._unused or self._unmatched:
             raise AssertionError(
-                f"checkpoint {self._path}: values with no object {self._unused}; objects with no value {self._unmatched}")
+                f"checkpoint {self._path}: values with no object {self._unused}; objects with no value {self._unmatched}"
+            )
         return self
 
-    def assert_existing_objects_matched(self) -> "CheckpointLoadStatus":
+    def assert_existing_objects_matched(self) -> CheckpointLoadStatus:
         """Raises AssertionError when a tracked variable had no saved value."""
         if self._unmatched:
             raise AssertionError(f"checkpoint {self._path}: objects with no value {self._unmatched}")
         return self
 
-    def expect_partial(self) -> "CheckpointLoadStatus":
+    def expect_partial(self) -> CheckpointLoadStatus:
         return self
 
 
@@ -152,8 +168,10 @@ class Checkpoint:
 
     def __init__(self, root: Any = None, **kwargs: Any):
         if "save_counter" in kwargs:
-            raise AttributeError("property 'save_counter' of 'Checkpoint' object has no setter (the checkpoint counts "
-                                 "its saves itself; give the object another name)")
+            raise AttributeError(
+                "property 'save_counter' of 'Checkpoint' object has no setter (the checkpoint counts "
+                "its saves itself; give the object another name)"
+            )
         self._roots = dict(kwargs)
         if root is not None:
             attrs = getattr(root, "__dict__", {})
@@ -161,8 +179,9 @@ class Checkpoint:
                 if k.startswith("__"):
                     continue
                 if k in kwargs and kwargs[k] is not v:
-                    raise ValueError(f"Cannot create a Checkpoint with keyword argument {k} if root.{k} already "
-                                     "exists.")
+                    raise ValueError(
+                        f"Cannot create a Checkpoint with keyword argument {k} if root.{k} already exists."
+                    )
                 self._roots.setdefault(k, v)
         self._save_counter = 0
 
@@ -242,7 +261,8 @@ class Checkpoint:
             if value.shape != var._value.shape or value.dtype != var._value.dtype:
                 raise ValueError(
                     f"checkpoint {save_path}: '{key}' holds {value.dtype}{list(value.shape)} but its variable "
-                    f"'{var.name}' is {var._value.dtype}{list(var._value.shape)}")
+                    f"'{var.name}' is {var._value.dtype}{list(var._value.shape)}"
+                )
             var._value = np.array(value)
         counter = saved.get(f"save_counter/{_VALUE}")
         if counter is not None:
@@ -291,9 +311,17 @@ class CheckpointManager:
       checkpoint_name: the file name prefix (default ``"ckpt"``).
     """
 
-    def __init__(self, checkpoint: Checkpoint, directory: str, max_to_keep: int | None,
-                 keep_checkpoint_every_n_hours: Any = None, checkpoint_name: str = "ckpt", step_counter: Any = None,
-                 checkpoint_interval: Any = None, init_fn: Any = None):
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        directory: str,
+        max_to_keep: int | None,
+        keep_checkpoint_every_n_hours: Any = None,
+        checkpoint_name: str = "ckpt",
+        step_counter: Any = None,
+        checkpoint_interval: Any = None,
+        init_fn: Any = None,
+    ):
         self._checkpoint = checkpoint
         self._directory = str(directory)
         self._max_to_keep = max_to_keep

@@ -107,8 +107,14 @@ def _int_lists(value: Any, what: str) -> list[list[int]]:
     return [[int(i) for i in row] for row in rows]
 
 
-def all_to_all(x: Any, concat_dimension: int, split_dimension: int, split_count: int,
-               group_assignment: Any = None, name: str | None = None) -> Any:
+def all_to_all(
+    x: Any,
+    concat_dimension: int,
+    split_dimension: int,
+    split_count: int,
+    group_assignment: Any = None,
+    name: str | None = None,
+) -> Any:
     """Exchange blocks between the replicas of each group
     (``tf.compat.v1.tpu.all_to_all``; StableHLO ``all_to_all``).
 
@@ -174,8 +180,13 @@ def all_to_all(x: Any, concat_dimension: int, split_dimension: int, split_count:
             return concat(parts, int(concat_dimension))
 
         return _through_sum(x, n, contribution)
-    (out,) = bind(AllToAllOp, [x], replica_groups=groups, split_dimension=int(split_dimension),
-                  concat_dimension=int(concat_dimension))
+    (out,) = bind(
+        AllToAllOp,
+        [x],
+        replica_groups=groups,
+        split_dimension=int(split_dimension),
+        concat_dimension=int(concat_dimension),
+    )
     return out
 
 

@@ -26,10 +26,14 @@ threading = types.SimpleNamespace(
 )
 
 
-
-def experimental_connect_to_cluster(cluster_spec_or_resolver, job_name: str = "localhost", task_index: int = 0,
-                                    protocol=None, make_master_device_default: bool = True,
-                                    cluster_device_filters=None) -> None:
+def experimental_connect_to_cluster(
+    cluster_spec_or_resolver,
+    job_name: str = "localhost",
+    task_index: int = 0,
+    protocol=None,
+    make_master_device_default: bool = True,
+    cluster_device_filters=None,
+) -> None:
     """TF's ``tf.config.experimental_connect_to_cluster``: the simulated TPU
     system is in this process, so there is nothing to connect to (TPU
     guides call it before ``initialize_tpu_system``)."""

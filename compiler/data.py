@@ -27,7 +27,8 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +84,7 @@ class Dataset:
 
     # -- constructors -------------------------------------------------------
     @staticmethod
-    def from_tensor_slices(tensors: Any, name: str | None = None) -> "Dataset":
+    def from_tensor_slices(tensors: Any, name: str | None = None) -> Dataset:
         """One element per index of the first dimension of every component.
 
         Raises:
@@ -100,8 +101,10 @@ class Dataset:
                 raise ValueError(f"from_tensor_slices: a component is a scalar ({x!r}); it has no dimension to slice")
             sizes.add(x.shape[0])
         if len(sizes) != 1:
-            raise ValueError(f"Dimensions {sorted(sizes)} in the components of from_tensor_slices are not equal: "
-                             "every component must have the same size in dimension 0")
+            raise ValueError(
+                f"Dimensions {sorted(sizes)} in the components of from_tensor_slices are not equal: "
+                "every component must have the same size in dimension 0"
+            )
         size = sizes.pop()
 
         def make():
@@ -111,13 +114,13 @@ class Dataset:
         return Dataset(make, _spec_of(pytree.unflatten(td, [x[0] for x in leaves])), size)
 
     @staticmethod
-    def from_tensors(tensors: Any, name: str | None = None) -> "Dataset":
+    def from_tensors(tensors: Any, name: str | None = None) -> Dataset:
         """A dataset of one element, ``tensors``."""
         tensors = _as_structure(tensors)
         return Dataset(lambda: iter([tensors]), _spec_of(tensors), 1)
 
     @staticmethod
-    def range(*args: int, dtype: Any = "int64", name: str | None = None) -> "Dataset":
+    def range(*args: int, dtype: Any = "int64", name: str | None = None) -> Dataset:
         """``range(stop)``, ``range(start, stop[, step])`` as int64 scalars
         (Python's ``range``)."""
         from xtpu.ops.core import dtype_name
@@ -127,7 +130,7 @@ class Dataset:
         return Dataset(lambda: (np.asarray(i, dtype=dt) for i in r), _spec_of(np.asarray(0, dtype=dt)), len(r))
 
     @staticmethod
-    def zip(*datasets: Any, name: str | None = None) -> "Dataset":
+    def zip(*datasets: Any, name: str | None = None) -> Dataset:
         """Elements are tuples (or the given structure) of the datasets'
         elements; ends with the shortest dataset."""
         structure = datasets[0] if len(datasets) == 1 and not isinstance(datasets[0], Dataset) else tuple(datasets)
@@ -142,7 +145,9 @@ class Dataset:
 
         cards = [d._cardinality for d in dss]
         finite = [c for c in cards if c >= 0]
-        card = min(finite) if finite else (UNKNOWN_CARDINALITY if UNKNOWN_CARDINALITY in cards else INFINITE_CARDINALITY)
+        card = (
+            min(finite) if finite else (UNKNOWN_CARDINALITY if UNKNOWN_CARDINALITY in cards else INFINITE_CARDINALITY)
+        )
         return Dataset(make, lambda: pytree.unflatten(td, [d.element_spec for d in dss]), card)
 
     # -- properties ---------------------------------------------------------
@@ -174,8 +179,9 @@ class Dataset:
         return iter(self._make_iterator())
 
     # -- transformations ----------------------------------------------------
-    def map(self, map_func: Callable, num_parallel_calls: Any = None, deterministic: Any = None,
-            name: str | None = None) -> "Dataset":
+    def map(
+        self, map_func: Callable, num_parallel_calls: Any = None, deterministic: Any = None, name: str | None = None
+    ) -> Dataset:
         """``map_func(*element)`` for a tuple element, ``map_func(element)``
         otherwise, eagerly on each element."""
         src = self._make_iterator
@@ -193,8 +199,14 @@ class Dataset:
 
         return Dataset(make, spec, self._cardinality)
 
-    def batch(self, batch_size: int, drop_remainder: bool = False, num_parallel_calls: Any = None,
-              deterministic: Any = None, name: str | None = None) -> "Dataset":
+    def batch(
+        self,
+        batch_size: int,
+        drop_remainder: bool = False,
+        num_parallel_calls: Any = None,
+        deterministic: Any = None,
+        name: str | None = None,
+    ) -> Dataset:
         """Stack ``batch_size`` consecutive elements along a new first
         dimension; the last batch has fewer unless ``drop_remainder``.
 
@@ -223,7 +235,11 @@ class Dataset:
             if inner is None:
                 return None
             leaves, td = pytree.flatten(inner)
-            dim = batch_size if drop_remainder or (self._cardinality >= 0 and self._cardinality % batch_size == 0) else None
+            dim = (
+                batch_size
+                if drop_remainder or (self._cardinality >= 0 and self._cardinality % batch_size == 0)
+                else None
+            )
             return pytree.unflatten(td, [TensorSpec((dim,) + s.shape, s.dtype) for s in leaves])
 
         card = self._cardinality
@@ -231,7 +247,7 @@ class Dataset:
             card = card // batch_size if drop_remainder else -(-card // batch_size)
         return Dataset(make, spec, card)
 
-    def repeat(self, count: int | None = None, name: str | None = None) -> "Dataset":
+    def repeat(self, count: int | None = None, name: str | None = None) -> Dataset:
         """The dataset ``count`` times (forever when None or -1)."""
         src = self._make_iterator
         count = None if count is None or int(count) < 0 else int(count)
@@ -248,8 +264,9 @@ class Dataset:
             card *= count
         return Dataset(make, lambda: self.element_spec, card)
 
-    def shuffle(self, buffer_size: int, seed: int | None = None, reshuffle_each_iteration: bool = True,
-                name: str | None = None) -> "Dataset":
+    def shuffle(
+        self, buffer_size: int, seed: int | None = None, reshuffle_each_iteration: bool = True, name: str | None = None
+    ) -> Dataset:
         """Emit elements in random order from a buffer of ``buffer_size``.
 
         Deterministic with a ``seed``: the n-th iteration over the dataset
@@ -285,7 +302,7 @@ class Dataset:
 
         return Dataset(make, lambda: self.element_spec, self._cardinality)
 
-    def take(self, count: int, name: str | None = None) -> "Dataset":
+    def take(self, count: int, name: str | None = None) -> Dataset:
         """The first ``count`` elements (all of them when -1)."""
         count = int(count)
         src = self._make_iterator
@@ -298,7 +315,7 @@ class Dataset:
             card = count if card == INFINITE_CARDINALITY else (min(card, count) if card >= 0 else card)
         return Dataset(make, lambda: self.element_spec, card)
 
-    def skip(self, count: int, name: str | None = None) -> "Dataset":
+    def skip(self, count: int, name: str | None = None) -> Dataset:
         """All but the first ``count`` elements."""
         count = int(count)
         src = self._make_iterator
@@ -307,7 +324,7 @@ class Dataset:
             card = max(card - max(count, 0), 0)
         return Dataset(lambda: itertools.islice(src(), max(count, 0), None), lambda: self.element_spec, card)
 
-    def prefetch(self, buffer_size: int, name: str | None = None) -> "Dataset":
+    def prefetch(self, buffer_size: int, name: str | None = None) -> Dataset:
         """Produce up to ``buffer_size`` elements ahead, on a background
         thread (``AUTOTUNE``: 2).  The order is unchanged; an exception of
         the input is raised where its element would have been."""

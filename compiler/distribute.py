@@ -25,8 +25,23 @@ experimental = type("experimental", (), {"ValueContext": ValueContext, "TPUStrat
 cluster_resolver = type("cluster_resolver", (), {"TPUClusterResolver": TPUClusterResolver})
 
 __all__ = [
-    "DistributedDataset", "DistributedIterator", "InputContext", "InputOptions", "InputReplicationMode", "Mirrored",
-    "PerReplica", "ReduceOp", "ReplicaContext", "TPUClusterResolver", "TPUStrategy", "ValueContext",
-    "VariableAggregation", "cluster_resolver", "experimental", "get_replica_context", "get_strategy", "has_strategy",
+    "DistributedDataset",
+    "DistributedIterator",
+    "InputContext",
+    "InputOptions",
+    "InputReplicationMode",
+    "Mirrored",
+    "PerReplica",
+    "ReduceOp",
+    "ReplicaContext",
+    "TPUClusterResolver",
+    "TPUStrategy",
+    "ValueContext",
+    "VariableAggregation",
+    "cluster_resolver",
+    "experimental",
+    "get_replica_context",
+    "get_strategy",
+    "has_strategy",
     "in_cross_replica_context",
 ]

@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 import numpy as np
+
 from xtpu.collectives import all_gather
 from xtpu.dialects import hlo
 from xtpu.distribute_values import VariableAggregation, as_aggregation

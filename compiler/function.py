@@ -38,8 +38,9 @@ import functools
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +83,7 @@ class TensorSpec:
         self.name = name
 
     @classmethod
-    def from_tensor(cls, tensor: Any, name: str | None = None) -> "TensorSpec":
+    def from_tensor(cls, tensor: Any, name: str | None = None) -> TensorSpec:
         """The spec of a concrete or traced tensor."""
         s = _spec_of_value(tensor)
         return cls(s.shape, s.dtype, name)
@@ -100,7 +101,8 @@ class TensorSpec:
         if self.shape is None or o.shape is None:
             return True
         return len(o.shape) == len(self.shape) and all(
-            a is None or b is None or a == b for a, b in zip(self.shape, o.shape))
+            a is None or b is None or a == b for a, b in zip(self.shape, o.shape)
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TensorSpec) and (self.shape, self.dtype) == (other.shape, other.dtype)
@@ -109,7 +111,11 @@ class TensorSpec:
         return hash((self.shape, self.dtype))
 
     def __repr__(self) -> str:
-        shape = "None" if self.shape is None else "(" + ", ".join(map(str, self.shape)) + ("," if len(self.shape) == 1 else "") + ")"
+        shape = (
+            "None"
+            if self.shape is None
+            else "(" + ", ".join(map(str, self.shape)) + ("," if len(self.shape) == 1 else "") + ")"
+        )
         return f"TensorSpec(shape={shape}, dtype={self.dtype}, name={self.name!r})"
 
 
@@ -232,16 +238,20 @@ def run_in_function(strategy: Any, fn: Callable, args: tuple, kwargs: dict) -> A
     elif state is None or not state.in_merge or state.strategy is not strategy:
         # Inside merge_fn (the cross-replica context of a step) TF runs fn
         # in replica context again; anywhere else in a trace it cannot run.
-        raise ValueError("strategy.run cannot be called inside a replicated computation"
-                         + (" (nor inside strategy.run)" if ft is not None else ""))
+        raise ValueError(
+            "strategy.run cannot be called inside a replicated computation"
+            + (" (nor inside strategy.run)" if ft is not None else "")
+        )
     n = state.num_replicas
 
     def local(x):
         if isinstance(x, _TracedPerReplica):
             return x.local
         if isinstance(x, PerReplica):
-            raise ValueError("strategy.run inside xtpu.function got a PerReplica of concrete values; pass it as an "
-                             "argument of the function instead, so that it becomes a program input")
+            raise ValueError(
+                "strategy.run inside xtpu.function got a PerReplica of concrete values; pass it as an "
+                "argument of the function instead, so that it becomes a program input"
+            )
         return x
 
     is_leaf = lambda x: isinstance(x, PerReplica)  # noqa: E731
@@ -307,7 +317,8 @@ class _TracedIterator:
     def __iter__(self):
         raise TypeError(
             "iterating over an iterator inside xtpu.function would unroll until it ends; call next(iterator) "
-            "a fixed number of times (e.g. in `for _ in range(steps)`)")
+            "a fixed number of times (e.g. in `for _ in range(steps)`)"
+        )
 
     def __next__(self) -> Any:
         ft = current_function_trace()
@@ -316,7 +327,7 @@ class _TracedIterator:
         element = ft.take(self._index, self._source)
         return self._as_inputs(ft, element, None)
 
-    def _as_inputs(self, ft: "_FunctionTrace", element: Any, optional: "_OptionalPull | None") -> Any:
+    def _as_inputs(self, ft: _FunctionTrace, element: Any, optional: _OptionalPull | None) -> Any:
         """The element's components as new inputs of the program (after a
         bool ``has_value`` input for an optional), recorded as a pull that
         every call takes again."""
@@ -341,8 +352,9 @@ class _TracedIterator:
             vals = [to_numpy(v) for v in leaf.values] if per else [to_numpy(leaf)] * ft.num_replicas
             spec = _StaticSpec(tuple(vals[0].shape), dtype_of_numpy(vals[0].dtype))
             t = new_input(spec)
-            traced.append(_TracedPerReplica(t, ft.num_replicas) if per and ft.in_run is False and ft.num_replicas > 1
-                          else t)
+            traced.append(
+                _TracedPerReplica(t, ft.num_replicas) if per and ft.in_run is False and ft.num_replicas > 1 else t
+            )
             specs.append(spec)
             flags.append(per)
             ft.pulled.append(vals)
@@ -355,7 +367,7 @@ class _TracedIterator:
     def get_next(self) -> Any:
         return next(self)
 
-    def get_next_as_optional(self) -> "_TracedOptional":
+    def get_next_as_optional(self) -> _TracedOptional:
         """The next element as an Optional (TF's
         ``DistributedIterator.get_next_as_optional``): ``has_value()`` is a
         bool input the call sets, False once the data is exhausted, when the
@@ -402,7 +414,7 @@ class ConcreteFunction:
       structured_input_signature: the arguments' structure with specs.
     """
 
-    function: "Function"
+    function: Function
     key: tuple
     lowered: Any
     compiled: Any
@@ -438,7 +450,8 @@ def _leaf_key(x: Any) -> tuple:
         if not x.is_fully_defined:
             raise ValueError(
                 f"get_concrete_function: {x} has unknown dimensions; xtpu traces for static shapes, give every "
-                "dimension (or call the function with a value)")
+                "dimension (or call the function with a value)"
+            )
         return ("tensor", _StaticSpec(x.shape, x.dtype))
     if isinstance(x, Tensor):
         raise TypeError("an xtpu.function's argument is a traced tensor of another computation")
@@ -447,7 +460,9 @@ def _leaf_key(x: Any) -> tuple:
     if isinstance(x, PerReplica):
         specs = {_spec_of_value(v) for v in x.values}
         if len(specs) != 1:
-            raise ValueError(f"a PerReplica argument has values of different shapes or dtypes: {sorted(map(str, specs))}")
+            raise ValueError(
+                f"a PerReplica argument has values of different shapes or dtypes: {sorted(map(str, specs))}"
+            )
         return ("per_replica", specs.pop(), len(x.values))
     if hasattr(x, "_xtpu_pull_"):
         return ("iterator", type(x).__name__, repr(getattr(x, "element_spec", None)))
@@ -479,8 +494,15 @@ class Function:
     """A Python function compiled per input signature (TF's
     ``tf.types.experimental.PolymorphicFunction``); made by :func:`function`."""
 
-    def __init__(self, python_function: Callable, input_signature: Any = None, jit_compile: Any = None,
-                 reduce_retracing: bool = False, name: str | None = None, xla_options: Any = None):
+    def __init__(
+        self,
+        python_function: Callable,
+        input_signature: Any = None,
+        jit_compile: Any = None,
+        reduce_retracing: bool = False,
+        name: str | None = None,
+        xla_options: Any = None,
+    ):
         if input_signature is not None:
             sig = list(input_signature)
             for s in pytree.flatten(sig)[0]:
@@ -515,8 +537,14 @@ class Function:
         except TypeError:
             bound = None
         if bound is None:
-            bound = Function(functools.partial(self.python_function, instance), self.input_signature,
-                             self.jit_compile, self.reduce_retracing, self.__name__, self.xla_options)
+            bound = Function(
+                functools.partial(self.python_function, instance),
+                self.input_signature,
+                self.jit_compile,
+                self.reduce_retracing,
+                self.__name__,
+                self.xla_options,
+            )
             try:
                 cache[instance] = bound
             except TypeError:
@@ -585,16 +613,21 @@ class Function:
         if self.input_signature is None:
             return
         if kwargs:
-            raise TypeError(f"{self.__name__}: with an input_signature, arguments are positional; got keyword "
-                            f"arguments {sorted(kwargs)}")
+            raise TypeError(
+                f"{self.__name__}: with an input_signature, arguments are positional; got keyword "
+                f"arguments {sorted(kwargs)}"
+            )
         if len(args) != len(self.input_signature):
             raise TypeError(
                 f"{self.__name__}() takes {len(self.input_signature)} positional arguments (its input_signature) "
-                f"but {len(args)} were given")
+                f"but {len(args)} were given"
+            )
         leaves, td = pytree.flatten(tuple(args), _is_leaf)
         sleaves, std = pytree.flatten(tuple(self.input_signature))
         if td != std:
-            raise ValueError(f"{self.__name__}: the arguments' structure {td} does not match the input_signature's {std}")
+            raise ValueError(
+                f"{self.__name__}: the arguments' structure {td} does not match the input_signature's {std}"
+            )
         for i, (x, s) in enumerate(zip(leaves, sleaves)):
             if isinstance(x, TensorSpec):
                 if not s.is_compatible_with(x):
@@ -603,7 +636,8 @@ class Function:
             if not s.is_compatible_with(x):
                 raise TypeError(
                     f"Binding inputs to tf.function `{self.__name__}` failed due to: argument {i} "
-                    f"({TensorSpec.from_tensor(x)}) is not compatible with the input_signature's {s}")
+                    f"({TensorSpec.from_tensor(x)}) is not compatible with the input_signature's {s}"
+                )
 
     def _find_strategy(self) -> Any:
         """The strategy the function runs under: the one it ran under last,
@@ -643,8 +677,13 @@ class Function:
     def _key(self, leaves: list, td: Any, strategy: Any) -> tuple:
         from xtpu.summary import trace_key
 
-        return (td, tuple(_leaf_key(x) for x in leaves), id(strategy),
-                tuple(id(v) for v in self._program_variables(strategy)), trace_key())
+        return (
+            td,
+            tuple(_leaf_key(x) for x in leaves),
+            id(strategy),
+            tuple(id(v) for v in self._program_variables(strategy)),
+            trace_key(),
+        )
 
     def _program_variables(self, strategy: Any) -> list:
         """The strategy's mirrored variables, then the host variables the
@@ -658,8 +697,11 @@ class Function:
             return "first call"
         if key[0] != last[0]:
             return f"the arguments' structure changed from {last[0]} to {key[0]}"
-        changes = [f"argument {i} changed from {_describe(a)} to {_describe(b)}"
-                   for i, (a, b) in enumerate(zip(last[1], key[1])) if a != b]
+        changes = [
+            f"argument {i} changed from {_describe(a)} to {_describe(b)}"
+            for i, (a, b) in enumerate(zip(last[1], key[1]))
+            if a != b
+        ]
         if key[2] != last[2]:
             changes.append("it runs under another strategy")
         if key[3] != last[3]:
@@ -697,7 +739,10 @@ class Function:
                     "caused by (1) creating the xtpu.function again in a loop, (2) passing tensors of different "
                     "shapes or dtypes, (3) passing Python values instead of tensors; an input_signature fixes the "
                     "signature (TF's frequent-retracing warning).",
-                    self._tracing_count, self.__name__, changed)
+                    self._tracing_count,
+                    self.__name__,
+                    changed,
+                )
             return concrete, self._flat_inputs(concrete, leaves, pulls_now, pulled)
 
     def _trace(self, leaves: list, td: Any, strategy: Any, key: tuple, pulls_now: bool, replay: dict):
@@ -712,7 +757,7 @@ class Function:
             n = strategy.num_replicas_in_sync
             variables = self._program_variables(strategy)
             kinds, specs = [], []
-            for x, k in zip(leaves, key[1]):
+            for _x, k in zip(leaves, key[1]):
                 kinds.append(k[0])
                 if k[0] in ("tensor", "per_replica"):
                     specs.append(k[1])
@@ -743,10 +788,20 @@ class Function:
             full_sig = Signature(n, pytree.flatten(tuple(range(len(all_specs))))[1], all_specs, sig.num_cores)
             lowered = Lowered(module, full_sig, out_tree, self.xla_options)
             compiled = lowered.compile()
-            concrete = ConcreteFunction(self, key, lowered, compiled, strategy, variables, out_info["tree"],
-                                        out_info["per_replica"], list(ft.pulls), kinds,
-                                        pytree.unflatten(td, [_public_spec(x) for x in leaves]),
-                                        [x for x, k in zip(leaves, key[1]) if k[0] in ("variable", "object")])
+            concrete = ConcreteFunction(
+                self,
+                key,
+                lowered,
+                compiled,
+                strategy,
+                variables,
+                out_info["tree"],
+                out_info["per_replica"],
+                list(ft.pulls),
+                kinds,
+                pytree.unflatten(td, [_public_spec(x) for x in leaves]),
+                [x for x, k in zip(leaves, key[1]) if k[0] in ("variable", "object")],
+            )
             return concrete, ft.pulled
 
     def _computation(self, leaves, td, kinds, variables, ft: _FunctionTrace, out_info: dict):
@@ -792,8 +847,9 @@ class Function:
                     flags.append(True)
                     values.append(x.local)
                 elif isinstance(x, PerReplica):
-                    raise ValueError(f"xtpu.function '{self.__name__}' returns a PerReplica of concrete values; "
-                                     "return tensors")
+                    raise ValueError(
+                        f"xtpu.function '{self.__name__}' returns a PerReplica of concrete values; return tensors"
+                    )
                 else:
                     flags.append(False)
                     values.append(x)
@@ -804,8 +860,9 @@ class Function:
         return computation
 
     # -- running ------------------------------------------------------------
-    def _flat_inputs(self, concrete: ConcreteFunction, leaves: list, pulls_now: bool,
-                     pulled: list | None = None) -> list[list[np.ndarray]]:
+    def _flat_inputs(
+        self, concrete: ConcreteFunction, leaves: list, pulls_now: bool, pulled: list | None = None
+    ) -> list[list[np.ndarray]]:
         """Inputs indexed [replica][input]: tensor arguments, variable values,
         then the iterator elements (taken now, unless the trace just took them)."""
         if not pulls_now:
@@ -819,7 +876,9 @@ class Function:
                     flat[r].append(arr)
             elif kd == "per_replica":
                 if len(x.values) != n:
-                    raise ValueError(f"a PerReplica argument has {len(x.values)} values but the strategy has {n} replicas")
+                    raise ValueError(
+                        f"a PerReplica argument has {len(x.values)} values but the strategy has {n} replicas"
+                    )
                 for r in range(n):
                     flat[r].append(to_numpy(x.values[r]))
         for v in concrete.variables:
@@ -836,7 +895,8 @@ class Function:
                             raise ValueError(
                                 f"xtpu.function '{self.__name__}': get_value() of an empty Optional (the iterator is "
                                 "exhausted; TF raises InvalidArgumentError 'The optional does not have a value'); "
-                                "guard it with xtpu.cond(optional.has_value(), ...)") from None
+                                "guard it with xtpu.cond(optional.has_value(), ...)"
+                            ) from None
                         pulled.append([np.asarray(False)] * n)
                         pulled += [[np.zeros(spec.shape, np.dtype(spec.dtype))] * n for spec in specs]
                         continue
@@ -845,15 +905,18 @@ class Function:
                     element = leaves[index]._xtpu_pull_()
                 el_leaves, el_td = pytree.flatten(element, is_leaf=lambda x: isinstance(x, PerReplica))
                 if el_td != td:
-                    raise ValueError(f"xtpu.function '{self.__name__}': an iterator's element has the structure "
-                                     f"{el_td}, not {td} as when the function was traced")
+                    raise ValueError(
+                        f"xtpu.function '{self.__name__}': an iterator's element has the structure "
+                        f"{el_td}, not {td} as when the function was traced"
+                    )
                 for j, (leaf, spec, per) in enumerate(zip(el_leaves, specs, per_flags)):
                     vals = [to_numpy(v) for v in leaf.values] if per else [to_numpy(leaf)] * n
                     got = _StaticSpec(tuple(vals[0].shape), dtype_of_numpy(vals[0].dtype))
                     if got != spec:
                         raise ValueError(
                             f"xtpu.function '{self.__name__}': component {j} of an iterator's element is {got}, not "
-                            f"{spec} as when the function was traced (use drop_remainder=True for a static batch)")
+                            f"{spec} as when the function was traced (use drop_remainder=True for a static batch)"
+                        )
                     pulled.append(vals)
         for vals in pulled:
             for r in range(n):
@@ -892,11 +955,20 @@ def _public_spec(x: Any) -> Any:
     return x
 
 
-def function(func: Callable | None = None, input_signature: Any = None, autograph: bool = True,
-             jit_compile: Any = None, reduce_retracing: bool = False, experimental_implements: Any = None,
-             experimental_autograph_options: Any = None, experimental_attributes: Any = None,
-             experimental_relax_shapes: Any = None, experimental_compile: Any = None,
-             experimental_follow_type_hints: Any = None, name: str | None = None) -> Any:
+def function(
+    func: Callable | None = None,
+    input_signature: Any = None,
+    autograph: bool = True,
+    jit_compile: Any = None,
+    reduce_retracing: bool = False,
+    experimental_implements: Any = None,
+    experimental_autograph_options: Any = None,
+    experimental_attributes: Any = None,
+    experimental_relax_shapes: Any = None,
+    experimental_compile: Any = None,
+    experimental_follow_type_hints: Any = None,
+    name: str | None = None,
+) -> Any:
     """Compile a Python function per input signature (TF's ``tf.function``).
 
     Usable as ``@xtpu.function`` or ``@xtpu.function(input_signature=[...])``.
@@ -918,8 +990,9 @@ def function(func: Callable | None = None, input_signature: Any = None, autograp
         reduce_retracing = bool(experimental_relax_shapes)
 
     def decorate(f: Callable) -> Function:
-        return Function(f, input_signature=input_signature, jit_compile=jit_compile,
-                        reduce_retracing=reduce_retracing, name=name)
+        return Function(
+            f, input_signature=input_signature, jit_compile=jit_compile, reduce_retracing=reduce_retracing, name=name
+        )
 
     return decorate if func is None else decorate(func)
 

@@ -28,8 +28,9 @@ import enum
 import functools
 import inspect
 import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from xdsl.dialects.builtin import StringAttr
@@ -476,7 +477,7 @@ def _erase_dead(values: list[Any], keep: set[int]) -> None:
         work.extend(operands)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _takes_skips(op_cls: type) -> bool:
     """Whether ``op_cls.vjp`` takes ``skip_input_indices``."""
     return "skip_input_indices" in inspect.signature(op_cls.vjp).parameters
@@ -522,9 +523,7 @@ def source_keys(graph: Any, x: Any, trace: Trace | None) -> list[Any]:
         # Reads of an unchanged variable give the same value: count it once.
         return list(dict.fromkeys(graph.key(t) for t in trace.variable_reads.get(x, [])))
     if not isinstance(x, Tensor):
-        raise TypeError(
-            f"gradients: xs must be tensors of this computation or variables, got {type(x).__name__} {x!r}"
-        )
+        raise TypeError(f"gradients: xs must be tensors of this computation or variables, got {type(x).__name__} {x!r}")
     return [graph.key(x)]
 
 
@@ -580,9 +579,7 @@ def gradients(
     stops = [graph.key(_to_tensor(s)) for s in _as_list(stop_gradients)] if stop_gradients is not None else []
     keys_per_x = [source_keys(graph, x, tr) for x in xs_l]
     flat_keys = [k for ks in keys_per_x for k in ks]
-    grads = backprop(
-        graph, [graph.key(y) for y in ys_l], cts, flat_keys, colocate_gradients_with_ops, uid, stops
-    )
+    grads = backprop(graph, [graph.key(y) for y in ys_l], cts, flat_keys, colocate_gradients_with_ops, uid, stops)
     return _collect(grads, keys_per_x, xs_l, graph, unconnected_gradients)
 
 

@@ -47,7 +47,8 @@ gradient clusters run once per reverse iteration.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
 from xdsl.ir import Block, Operation, Region, SSAValue
@@ -150,6 +151,7 @@ def _maximum_iterations(node: Any) -> int:
 # --------------------------------------------------------------------------
 # Re-emitting forward ops and naming their clusters
 # --------------------------------------------------------------------------
+
 
 def _clone_registry(tr: Any) -> dict[str, tuple[str, str]]:
     """The trace's re-emitted clusters: {name: (the name it copies, uid)}."""
@@ -305,7 +307,9 @@ def _tensor(tr: Any, v: SSAValue) -> Any:
 # --------------------------------------------------------------------------
 
 
-def structural_vjp(graph: Any, node: Any, cts: list, inputs: list, outputs: list, colocate: bool, gradient_uid: Any) -> list:
+def structural_vjp(
+    graph: Any, node: Any, cts: list, inputs: list, outputs: list, colocate: bool, gradient_uid: Any
+) -> list:
     """The cotangents of a region op's operands and captures.
 
     Raises:
@@ -506,7 +510,9 @@ def _while_vjp(graph: Any, node: Any, cts: list, inputs: list, colocate: bool, u
             (at,) = bind(hlo.SubtractOp, [last, t])
             reads, states = [], []
             for ph, s in zip(stack_ph, specs):
-                row = bind(hlo.DynamicSliceOp, [_tensor(tr, ph), at] + [idx0() for _ in s.shape], slice_sizes=(1,) + s.shape)[0]
+                row = bind(
+                    hlo.DynamicSliceOp, [_tensor(tr, ph), at] + [idx0() for _ in s.shape], slice_sizes=(1,) + s.shape
+                )[0]
                 state = bind(hlo.ReshapeOp, [row], shape=s.shape)[0]
                 reads.append([row.value.owner, state.value.owner])
                 states.append(state)
@@ -553,7 +559,9 @@ def _while_vjp(graph: Any, node: Any, cts: list, inputs: list, colocate: bool, u
             pushed = []
             for j, a in zip(stored, b_block.args[1 + n_vals :]):
                 row = bind(hlo.ReshapeOp, [vs[j]], shape=(1,) + specs[j].shape)[0]
-                pushed.append(bind(hlo.DynamicUpdateSliceOp, [_tensor(tr, a), row, t] + [idx0() for _ in specs[j].shape])[0])
+                pushed.append(
+                    bind(hlo.DynamicUpdateSliceOp, [_tensor(tr, a), row, t] + [idx0() for _ in specs[j].shape])[0]
+                )
             mapper = {a: b for a, b in zip(op.body.block.args, b_block.args[1 : 1 + n_vals])}
             src = op.body.block
             made = _clone_ops(tr, [o for o in src.ops if o is not src.last_op], mapper, uid)

@@ -18,7 +18,8 @@ TypeError for tuple types or shapes that are not dtypes or shapes.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -106,8 +107,7 @@ class ShardingPolicy:
             )
         if dims[self._shard_dimension] % self._number_of_shards:
             raise ValueError(
-                f"shape {dims} cannot be sharded {self._number_of_shards} ways along dimension "
-                f"{self._shard_dimension}"
+                f"shape {dims} cannot be sharded {self._number_of_shards} ways along dimension {self._shard_dimension}"
             )
         dims[self._shard_dimension] //= self._number_of_shards
         return TensorShape(dims)
@@ -350,8 +350,13 @@ class InfeedQueue:
             if self._infeed is None:
                 from xtpu.runtime.infeed import Infeed
 
-                self._infeed = Infeed(self._name, self.number_of_shards, self.shard_shapes(),
-                                      [t.name for t in self._tuple_types], self._capacity)
+                self._infeed = Infeed(
+                    self._name,
+                    self.number_of_shards,
+                    self.shard_shapes(),
+                    [t.name for t in self._tuple_types],
+                    self._capacity,
+                )
 
     def shard_shapes(self) -> list[tuple[int, ...]]:
         """Each element's per-replica shape (the frozen shapes, sharded)."""
@@ -392,12 +397,20 @@ class InfeedQueue:
             )
         self.freeze()
         shapes = self.shard_shapes()
-        return list(bind(InfeedDequeueTupleOp, [], queue=self._infeed.key, shapes=shapes,
-                         dtypes=[t.name for t in self._tuple_types]))
+        return list(
+            bind(
+                InfeedDequeueTupleOp,
+                [],
+                queue=self._infeed.key,
+                shapes=shapes,
+                dtypes=[t.name for t in self._tuple_types],
+            )
+        )
 
     # ---- the host side ------------------------------------------------------
-    def generate_enqueue_ops(self, sharded_inputs: Sequence[Sequence[Any]], tpu_ordinal_function: Any = None,
-                             placement_function: Any = None) -> list[Callable[[], None]]:
+    def generate_enqueue_ops(
+        self, sharded_inputs: Sequence[Sequence[Any]], tpu_ordinal_function: Any = None, placement_function: Any = None
+    ) -> list[Callable[[], None]]:
         """One enqueue operation per shard (replica) for ``sharded_inputs``,
         indexed ``[shard][element]``; each is a callable that puts its
         shard's tuple into its replica's queue (TF returns graph ops).
@@ -414,13 +427,17 @@ class InfeedQueue:
         self._generated_enqueue_ops = True
         infeed = self._infeed
         return [
-            (lambda r=r, shard=[np.asarray(x) for x in shard]: infeed.put(r, shard))
+            (lambda r=r, shard=[np.asarray(x) for x in shard]: infeed.put(r, shard))  # noqa: B008 - bound per replica
             for r, shard in enumerate(sharded_inputs)
         ]
 
-    def split_inputs_and_generate_enqueue_ops(self, inputs: Sequence[Any], device_assignment: Any = None,
-                                              placement_function: Any = None,
-                                              tpu_ordinal_function: Any = None) -> list[Callable[[], None]]:
+    def split_inputs_and_generate_enqueue_ops(
+        self,
+        inputs: Sequence[Any],
+        device_assignment: Any = None,
+        placement_function: Any = None,
+        tpu_ordinal_function: Any = None,
+    ) -> list[Callable[[], None]]:
         """Split each full input along its shard dimension into
         ``number_of_shards`` pieces (default 1) and return one enqueue
         operation per shard, as :meth:`generate_enqueue_ops`.
@@ -468,6 +485,8 @@ class InfeedQueue:
         return [] if self._infeed is None else self._infeed.pending()
 
     def __repr__(self) -> str:
-        return (f"InfeedQueue(name={self._name!r}, number_of_tuple_elements={self.number_of_tuple_elements}, "
-                f"tuple_types={None if self._tuple_types is None else [t.name for t in self._tuple_types]}, "
-                f"tuple_shapes={self._tuple_shapes}, frozen={self._frozen})")
+        return (
+            f"InfeedQueue(name={self._name!r}, number_of_tuple_elements={self.number_of_tuple_elements}, "
+            f"tuple_types={None if self._tuple_types is None else [t.name for t in self._tuple_types]}, "
+            f"tuple_shapes={self._tuple_shapes}, frozen={self._frozen})"
+        )

@@ -22,8 +22,9 @@ Iterating a distributed dataset yields the element's structure with a
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -64,12 +65,15 @@ class InputContext:
         if global_batch_size % self._num_replicas_in_sync != 0:
             raise ValueError(
                 f"The `global_batch_size` {global_batch_size!r} is not divisible by `num_replicas_in_sync` "
-                f"{self._num_replicas_in_sync!r}")
+                f"{self._num_replicas_in_sync!r}"
+            )
         return global_batch_size // self._num_replicas_in_sync
 
     def __str__(self) -> str:
-        return (f"tf.distribute.InputContext(input pipeline id {self._input_pipeline_id}, "
-                f"total: {self._num_input_pipelines})")
+        return (
+            f"tf.distribute.InputContext(input pipeline id {self._input_pipeline_id}, "
+            f"total: {self._num_input_pipelines})"
+        )
 
 
 class ValueContext:
@@ -89,8 +93,10 @@ class ValueContext:
         return self._num_replicas_in_sync
 
     def __str__(self) -> str:
-        return (f"tf.distribute.ValueContext(replica id {self._replica_id_in_sync_group},  total replicas in sync: "
-                f"{self._num_replicas_in_sync})")
+        return (
+            f"tf.distribute.ValueContext(replica id {self._replica_id_in_sync_group},  total replicas in sync: "
+            f"{self._num_replicas_in_sync})"
+        )
 
 
 class InputReplicationMode(enum.Enum):
@@ -124,14 +130,19 @@ def _check_options(options: InputOptions | None, from_function: bool) -> InputOp
     mode = options.experimental_replication_mode
     if options.experimental_place_dataset_on_device:
         if mode is not InputReplicationMode.PER_REPLICA:
-            raise ValueError("When `experimental_place_dataset_on_device` is set for dataset placement, you must "
-                             "also specify `PER_REPLICA` for the replication mode")
+            raise ValueError(
+                "When `experimental_place_dataset_on_device` is set for dataset placement, you must "
+                "also specify `PER_REPLICA` for the replication mode"
+            )
         if options.experimental_fetch_to_device:
-            raise ValueError("`experimental_place_dataset_on_device` can not be set to True when "
-                             "experimental_fetch_to_device is True and replication mode is set to `PER_REPLICA`")
+            raise ValueError(
+                "`experimental_place_dataset_on_device` can not be set to True when "
+                "experimental_fetch_to_device is True and replication mode is set to `PER_REPLICA`"
+            )
     if not from_function and mode is InputReplicationMode.PER_REPLICA:
-        raise NotImplementedError("InputReplicationMode.PER_REPLICA is only supported in "
-                                  "`distribute_datasets_from_function`.")
+        raise NotImplementedError(
+            "InputReplicationMode.PER_REPLICA is only supported in `distribute_datasets_from_function`."
+        )
     return options
 
 
@@ -143,11 +154,11 @@ class Optional:
         self._has_value = bool(has_value)
 
     @staticmethod
-    def from_value(value: Any) -> "Optional":
+    def from_value(value: Any) -> Optional:
         return Optional(value, True)
 
     @staticmethod
-    def empty(element_spec: Any = None) -> "Optional":
+    def empty(element_spec: Any = None) -> Optional:
         return Optional(None, False)
 
     def has_value(self) -> Any:
@@ -272,8 +283,9 @@ def _gather_replicas(parts: list[Any], n: int) -> Any:
     return pytree.unflatten(td, [PerReplica([flat[r][0][j] for r in range(n)]) for j in range(td.num_leaves)])
 
 
-def distribute_datasets_from_function(dataset_fn: Callable[[InputContext], Iterable], n: int,
-                                      options: InputOptions | None = None) -> DistributedDataset:
+def distribute_datasets_from_function(
+    dataset_fn: Callable[[InputContext], Iterable], n: int, options: InputOptions | None = None
+) -> DistributedDataset:
     """``strategy.distribute_datasets_from_function``: per-replica batches
     from ``dataset_fn(input_context)`` (see the module docstring)."""
     options = _check_options(options, from_function=True)

@@ -26,13 +26,19 @@ class Reduction:
 
     @classmethod
     def all(cls) -> tuple[str, ...]:
-        return (cls.NONE, cls.SUM, cls.MEAN, cls.SUM_OVER_BATCH_SIZE, cls.SUM_OVER_NONZERO_WEIGHTS,
-                cls.SUM_BY_NONZERO_WEIGHTS)
+        return (
+            cls.NONE,
+            cls.SUM,
+            cls.MEAN,
+            cls.SUM_OVER_BATCH_SIZE,
+            cls.SUM_OVER_NONZERO_WEIGHTS,
+            cls.SUM_BY_NONZERO_WEIGHTS,
+        )
 
     @classmethod
     def validate(cls, key: str) -> None:
         """Raises:
-          ValueError: ``key`` is not a reduction.
+        ValueError: ``key`` is not a reduction.
         """
         if key not in cls.all():
             raise ValueError(f"Invalid Reduction Key {key}. Key should be one of {cls.all()}.")

@@ -1,5 +1,6 @@
 """``xtpu.math``: TF's ``tf.math`` ops (see :mod:`xtpu.ops.math_ops`)."""
 
+from xtpu.ops.gather_ops import segment_sum, unsorted_segment_sum  # noqa: F401
 from xtpu.ops.math_ops import (  # noqa: F401
     abs,
     add,
@@ -43,5 +44,4 @@ from xtpu.ops.more_math_ops import (  # noqa: F401
     reduce_prod,
     square,
 )
-from xtpu.ops.gather_ops import segment_sum, unsorted_segment_sum  # noqa: F401
 from xtpu.ops.nn_ops import log_softmax, softmax  # noqa: F401  (tf.math.softmax is tf.nn.softmax)

@@ -102,8 +102,9 @@ def check_placement(var: Any) -> None:
         raise ValueError(SLOT_SCOPE_MISMATCH.format(current, f"{var!r} of {owner}"))
 
 
-def new_variable(initial_value: np.ndarray, name: str, strategy: Any, aggregation: Any = None,
-                 trainable: bool = False) -> Any:
+def new_variable(
+    initial_value: np.ndarray, name: str, strategy: Any, aggregation: Any = None, trainable: bool = False
+) -> Any:
     """A variable created outside any trace: mirrored in ``strategy`` (its
     scope), or a host variable when ``strategy`` is None."""
     from xtpu.distribute_values import VariableAggregation
@@ -222,8 +223,9 @@ def filter_empty_gradients(grads_and_vars: Iterable[tuple[Any, Any]]) -> tuple[t
             filtered.append((grad, var))
     if not filtered:
         names = ([getattr(v, "name", str(v)) for _, v in grads_and_vars],)
-        raise ValueError(f"No gradients provided for any variable: {names}. "
-                         f"Provided `grads_and_vars` is {grads_and_vars}.")
+        raise ValueError(
+            f"No gradients provided for any variable: {names}. Provided `grads_and_vars` is {grads_and_vars}."
+        )
     if vars_with_empty_grads:
         logger.warning(
             "Gradients do not exist for variables %s when minimizing the loss. If you're using "

@@ -101,7 +101,9 @@ class Optimizer:
     @iterations.setter
     def iterations(self, variable: Any) -> None:
         if self._iterations is not None:
-            raise RuntimeError("Cannot set `iterations` to a new Variable after the Optimizer weights have been created.")
+            raise RuntimeError(
+                "Cannot set `iterations` to a new Variable after the Optimizer weights have been created."
+            )
         self._iterations = variable
         self._weights.insert(0, variable)
 
@@ -109,8 +111,9 @@ class Optimizer:
         from xtpu.distribute_values import VariableAggregation
 
         if self._iterations is None:
-            self._iterations = util.new_variable(np.int64(0), f"{self._name}/iter", strategy,
-                                                 VariableAggregation.ONLY_FIRST_TOWER)
+            self._iterations = util.new_variable(
+                np.int64(0), f"{self._name}/iter", strategy, VariableAggregation.ONLY_FIRST_TOWER
+            )
             self._weights.insert(0, self._iterations)
 
     @property
@@ -144,8 +147,9 @@ class Optimizer:
         util.check_variable(var)
         if var not in self._slots.get(slot_name, {}):
             util.check_placement(var)
-            util.create_outside_trace([lambda: self._make_slot(var, slot_name, initializer)],
-                                      f"{type(self).__name__}.add_slot")
+            util.create_outside_trace(
+                [lambda: self._make_slot(var, slot_name, initializer)], f"{type(self).__name__}.add_slot"
+            )
         return self._slots[slot_name][var]
 
     def _slot_names(self) -> tuple[str, ...]:
@@ -212,8 +216,9 @@ class Optimizer:
         util.create_outside_trace(creations, f"{type(self).__name__}.apply_gradients")
 
     # -- applying ---------------------------------------------------------------
-    def apply_gradients(self, grads_and_vars: Any, name: str | None = None,
-                        experimental_aggregate_gradients: bool = True) -> Any:
+    def apply_gradients(
+        self, grads_and_vars: Any, name: str | None = None, experimental_aggregate_gradients: bool = True
+    ) -> Any:
         """Apply gradients to variables (``tf.keras.optimizers.Optimizer.apply_gradients``).
 
         Args:
@@ -256,8 +261,8 @@ class Optimizer:
             self._distributed_apply(None, grads_and_vars, aggregate=False)
             return self._iterations
         get_replica_context().merge_call(
-            self._distributed_apply, args=(grads_and_vars,),
-            kwargs={"aggregate": experimental_aggregate_gradients})
+            self._distributed_apply, args=(grads_and_vars,), kwargs={"aggregate": experimental_aggregate_gradients}
+        )
         return self._iterations
 
     def minimize(self, loss: Any, var_list: Any, tape: Any = None) -> Any:
@@ -320,8 +325,9 @@ class SGD(Optimizer):
       ValueError: ``momentum`` outside [0, 1].
     """
 
-    def __init__(self, learning_rate: Any = 0.01, momentum: Any = 0.0, nesterov: bool = False,
-                 name: str = "SGD", **kwargs: Any):
+    def __init__(
+        self, learning_rate: Any = 0.01, momentum: Any = 0.0, nesterov: bool = False, name: str = "SGD", **kwargs: Any
+    ):
         if "lr" in kwargs:
             learning_rate = kwargs.pop("lr")
         super().__init__(name, **kwargs)
@@ -369,8 +375,16 @@ class Adam(Optimizer):
     Slots ``"m"``, ``"v"`` (and ``"vhat"`` with ``amsgrad``).
     """
 
-    def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: Any = 1e-7,
-                 amsgrad: bool = False, name: str = "Adam", **kwargs: Any):
+    def __init__(
+        self,
+        learning_rate: Any = 0.001,
+        beta_1: Any = 0.9,
+        beta_2: Any = 0.999,
+        epsilon: Any = 1e-7,
+        amsgrad: bool = False,
+        name: str = "Adam",
+        **kwargs: Any,
+    ):
         if "lr" in kwargs:
             learning_rate = kwargs.pop("lr")
         super().__init__(name, **kwargs)
@@ -384,8 +398,13 @@ class Adam(Optimizer):
         return ("m", "v", "vhat") if self.amsgrad else ("m", "v")
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
-                "amsgrad": self.amsgrad}
+        return {
+            **super().get_config(),
+            "beta_1": self.beta_1,
+            "beta_2": self.beta_2,
+            "epsilon": self.epsilon,
+            "amsgrad": self.amsgrad,
+        }
 
     def _update_step(self, grad: Any, var: Any) -> None:
         from xtpu.ops.math_ops import maximum, pow, sqrt

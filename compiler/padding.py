@@ -14,8 +14,9 @@ result exact on them.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,9 @@ class TensorShape:
 
 
 def _describe(x: Any) -> str:
-    if isinstance(x, TensorShape) or (isinstance(x, (list, tuple)) and any(isinstance(d, (int, np.integer)) for d in x)):
+    if isinstance(x, TensorShape) or (
+        isinstance(x, (list, tuple)) and any(isinstance(d, (int, np.integer)) for d in x)
+    ):
         return f"a shape {list(x.dims) if isinstance(x, TensorShape) else list(x)}"
     if isinstance(x, (list, tuple)):
         return f"a {type(x).__name__} of {len(x)}"
@@ -185,7 +188,9 @@ def plan(
         try:
             spec = PaddingSpec(spec)
         except ValueError:
-            raise ValueError(f"padding_spec must be a PaddingSpec (AUTO or POWER_OF_TWO), got {padding_spec!r}") from None
+            raise ValueError(
+                f"padding_spec must be a PaddingSpec (AUTO or POWER_OF_TWO), got {padding_spec!r}"
+            ) from None
     per_input: list[TensorShape | None] = []
     _match(treedef, maximum_shapes, "maximum_shapes", per_input)
     shapes, dynamic = [], []

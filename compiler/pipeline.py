@@ -13,14 +13,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import io
-import os
 import logging
+import os
 import re
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Callable, Mapping
-from typing import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import xdsl
 from xdsl.context import Context
@@ -28,7 +27,7 @@ from xdsl.dialects.builtin import Float80Type, Float128Type, FloatAttr, ModuleOp
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
-from xdsl.passes import ModulePass, PassPipeline
+from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Input, Span
@@ -47,7 +46,7 @@ def module_text(module: ModuleOp, generic: bool = False) -> str:
     return out.getvalue() + "\n"
 
 
-_SPANS: "weakref.WeakKeyDictionary[Operation, Span]" = weakref.WeakKeyDictionary()
+_SPANS: weakref.WeakKeyDictionary[Operation, Span] = weakref.WeakKeyDictionary()
 """Where each op parsed by :class:`SourceParser` starts in its source text."""
 
 
@@ -132,7 +131,6 @@ class SourceParser(Parser):
             self.raise_error(msg, start.start, max(self._current_token.span.start, start.end))
         _SPANS[op] = dataclasses.replace(start, line_offset=self.line_offset) if self.line_offset else start
         return op
-
 
     def parse_optional_builtin_int_or_float_attr(self):
         """xDSL's, refusing float literals of types it cannot print

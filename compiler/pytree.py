@@ -7,7 +7,8 @@ object is a leaf.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class TreeDef:
@@ -15,7 +16,7 @@ class TreeDef:
 
     __slots__ = ("kind", "aux", "children")
 
-    def __init__(self, kind: str, aux: Any, children: tuple["TreeDef", ...]):
+    def __init__(self, kind: str, aux: Any, children: tuple[TreeDef, ...]):
         self.kind = kind
         self.aux = aux
         self.children = children

@@ -46,8 +46,11 @@ _WEYL64 = np.int64(np.uint64(0x9E3779B97F4A7C15).view(np.int64))
 def _shape(shape: Any) -> tuple[int, ...]:
     if isinstance(shape, Tensor):
         raise TypeError("random: the shape must be static")
-    return tuple(int(d) for d in np.atleast_1d(np.asarray(shape, dtype=np.int64))) if np.ndim(shape) else (
-        () if shape is None else (int(shape),))
+    return (
+        tuple(int(d) for d in np.atleast_1d(np.asarray(shape, dtype=np.int64)))
+        if np.ndim(shape)
+        else (() if shape is None else (int(shape),))
+    )
 
 
 def _state_from_seed(seed: Any) -> Any:
@@ -103,7 +106,7 @@ def _uniform_from_state(state: Any, shape: tuple[int, ...], minval: Any, maxval:
         return new_state, r
     if dtype == "float32":
         new_state, words = _bits(state, shape)
-        u = _mul_const(_to_float(_div(words, 512), "float32"), 2.0 ** -23, "float32")
+        u = _mul_const(_to_float(_div(words, 512), "float32"), 2.0**-23, "float32")
     elif dtype == "float64":
         n = int(np.prod(shape, dtype=np.int64))
         new_state, words = _bits(state, (2 * n,))
@@ -112,8 +115,8 @@ def _uniform_from_state(state: Any, shape: tuple[int, ...], minval: Any, maxval:
         pairs = reshape(words, (n, 2)) if n else reshape(words, (0, 2))
         hi_w = reshape(pairs[:, 0:1], shape)
         lo_w = reshape(pairs[:, 1:2], shape)
-        (bits52,) = bind(hlo.AddOp, [_mul_const(hi_w, 2 ** 20, "int64"), _div(lo_w, 4096)])
-        u = _mul_const(_to_float(bits52, "float64"), 2.0 ** -52, "float64")
+        (bits52,) = bind(hlo.AddOp, [_mul_const(hi_w, 2**20, "int64"), _div(lo_w, 4096)])
+        u = _mul_const(_to_float(bits52, "float64"), 2.0**-52, "float64")
     else:
         raise TypeError(f"random: unsupported dtype {dtype}")
     if minval is None and maxval is None:
@@ -125,12 +128,23 @@ def _uniform_from_state(state: Any, shape: tuple[int, ...], minval: Any, maxval:
     return new_state, add(multiply(u, subtract(hi, lo)), lo)
 
 
-_A = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
-      -3.066479806614716e01, 2.506628277459239e00)
-_B = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
-      -1.328068155288572e01)
-_C = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549671010243303e00,
-      4.374664141464968e00, 2.938163982698783e00)
+_A = (
+    -3.969683028665376e01,
+    2.209460984245205e02,
+    -2.759285104469687e02,
+    1.383577518672690e02,
+    -3.066479806614716e01,
+    2.506628277459239e00,
+)
+_B = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01, -1.328068155288572e01)
+_C = (
+    -7.784894002430293e-03,
+    -3.223964580411365e-01,
+    -2.400758277161838e00,
+    -2.549671010243303e00,
+    4.374664141464968e00,
+    2.938163982698783e00,
+)
 _D = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
 _P_LOW = 0.02425
 
@@ -171,8 +185,18 @@ def ndtri(p: Any) -> Any:
     return subtract(x, divide(u, add(one, multiply(multiply(x, u), scalar(0.5, dt)))))
 
 
-_ERFC = (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418, 0.37409196,
-         1.00002368, -1.26551223)
+_ERFC = (
+    0.17087277,
+    -0.82215223,
+    1.48851587,
+    -1.13520398,
+    0.27886807,
+    -0.18628806,
+    0.09678418,
+    0.37409196,
+    1.00002368,
+    -1.26551223,
+)
 
 
 def _erfc(z: Any) -> Any:
@@ -194,14 +218,21 @@ def _normal_from_state(state: Any, shape: tuple[int, ...], mean: Any, stddev: An
     new_state, words = _bits(state, shape)
     half = _to_float(_div(words, 512), dtype)
     (half,) = bind(hlo.AddOp, [half, broadcast_to(scalar(0.5, dtype), shape)])
-    z = ndtri(_mul_const(half, 2.0 ** -23, dtype))
+    z = ndtri(_mul_const(half, 2.0**-23, dtype))
     from xtpu.ops.math_ops import add, multiply
 
     return new_state, add(multiply(z, stddev), mean)
 
 
-def stateless_uniform(shape: Any, seed: Any, minval: Any = 0, maxval: Any = None, dtype: Any = "float32",
-                      name: str | None = None, alg: Any = "auto_select") -> Any:
+def stateless_uniform(
+    shape: Any,
+    seed: Any,
+    minval: Any = 0,
+    maxval: Any = None,
+    dtype: Any = "float32",
+    name: str | None = None,
+    alg: Any = "auto_select",
+) -> Any:
     """Uniform numbers in ``[minval, maxval)`` (default ``[0, 1)``) that
     depend only on ``seed`` and ``shape`` (tf.random.stateless_uniform).
 
@@ -221,8 +252,15 @@ def stateless_uniform(shape: Any, seed: Any, minval: Any = 0, maxval: Any = None
     return _uniform_from_state(_state_from_seed(seed), _shape(shape), minval, maxval, dt)[1]
 
 
-def stateless_normal(shape: Any, seed: Any, mean: Any = 0.0, stddev: Any = 1.0, dtype: Any = "float32",
-                     name: str | None = None, alg: Any = "auto_select") -> Any:
+def stateless_normal(
+    shape: Any,
+    seed: Any,
+    mean: Any = 0.0,
+    stddev: Any = 1.0,
+    dtype: Any = "float32",
+    name: str | None = None,
+    alg: Any = "auto_select",
+) -> Any:
     """Normal numbers that depend only on ``seed`` and ``shape``
     (tf.random.stateless_normal); float32 or float64."""
     return _normal_from_state(_state_from_seed(seed), _shape(shape), mean, stddev, dtype_name(dtype))[1]
@@ -241,11 +279,15 @@ class Generator:
 
         if str(alg).lower() not in ("philox", "rng_alg_philox", "1"):
             raise ValueError(f"xtpu.random.Generator implements the Philox algorithm, got {alg!r}")
-        self.state = Variable(np.asarray(state, dtype=np.int64).reshape(3), name="generator_state",
-                              aggregation=VariableAggregation.ONLY_FIRST_TOWER, trainable=False)
+        self.state = Variable(
+            np.asarray(state, dtype=np.int64).reshape(3),
+            name="generator_state",
+            aggregation=VariableAggregation.ONLY_FIRST_TOWER,
+            trainable=False,
+        )
 
     @classmethod
-    def from_seed(cls, seed: int, alg: Any = "philox") -> "Generator":
+    def from_seed(cls, seed: int, alg: Any = "philox") -> Generator:
         """A generator whose key is ``seed`` and counter 0."""
         return cls([int(seed), 0, 0], alg)
 
@@ -259,8 +301,13 @@ class Generator:
 
         state = self.state.read_value()
         run = current_run_state()
-        per_replica = (current_trace() is not None and run is not None and not run.in_merge
-                       and run.num_replicas > 1 and self.state.mirrored)
+        per_replica = (
+            current_trace() is not None
+            and run is not None
+            and not run.in_merge
+            and run.num_replicas > 1
+            and self.state.mirrored
+        )
         if per_replica:
             from xtpu.ops.array_ops import concat, getitem, replica_id
 
@@ -275,12 +322,15 @@ class Generator:
         if per_replica:
             from xtpu.ops.array_ops import concat, getitem
 
-            new_state = concat([getitem(convert(self.state.read_value()), slice(0, 1)), getitem(new_state, slice(1, 3))], 0)
+            new_state = concat(
+                [getitem(convert(self.state.read_value()), slice(0, 1)), getitem(new_state, slice(1, 3))], 0
+            )
         self.state.assign(new_state)
         return out
 
-    def uniform(self, shape: Any, minval: Any = 0, maxval: Any = None, dtype: Any = "float32",
-                name: str | None = None) -> Any:
+    def uniform(
+        self, shape: Any, minval: Any = 0, maxval: Any = None, dtype: Any = "float32", name: str | None = None
+    ) -> Any:
         """Uniform numbers in ``[minval, maxval)`` (tf.random.Generator.uniform);
         advances the state."""
         dt = dtype_name(dtype)
@@ -288,8 +338,9 @@ class Generator:
             minval = None
         return self._draw(_uniform_from_state, _shape(shape), minval, maxval, dt)
 
-    def normal(self, shape: Any, mean: Any = 0.0, stddev: Any = 1.0, dtype: Any = "float32",
-               name: str | None = None) -> Any:
+    def normal(
+        self, shape: Any, mean: Any = 0.0, stddev: Any = 1.0, dtype: Any = "float32", name: str | None = None
+    ) -> Any:
         """Normal numbers (tf.random.Generator.normal); advances the state."""
         return self._draw(_normal_from_state, _shape(shape), mean, stddev, dtype_name(dtype))
 

@@ -17,8 +17,9 @@ import logging
 import os
 import threading
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from xdsl.dialects import func
@@ -100,7 +101,7 @@ def _normalize_inputs(inputs: Any) -> list[list[Any]]:
     return out
 
 
-def _check_signature_arity(computation: Callable, sig: "Signature") -> None:
+def _check_signature_arity(computation: Callable, sig: Signature) -> None:
     """The computation takes the inputs, then the infeed queue's tuple elements."""
     extra = 0 if sig.infeed is None else sig.infeed.number_of_tuple_elements
     _check_arity(computation, len(sig.treedef.children), extra)
@@ -147,7 +148,7 @@ class Signature:
         """The inputs' specs, then one ``int32`` scalar per real size."""
         return self.specs + (TensorSpec((), SIZE_DTYPE),) * len(self.dynamic)
 
-    def mismatch(self, got: "Signature") -> str:
+    def mismatch(self, got: Signature) -> str:
         """What differs between this (the compiled) signature and ``got``, in
         words: the replicas, the number or structure of inputs, each input
         whose shape or dtype differs, the logical cores."""
@@ -169,8 +170,9 @@ class Signature:
         return "; ".join(diffs) or "they are equal"
 
 
-def _flatten_replicas(inputs: Any, same_shapes: bool = True, num_cores: int = 1,
-                      infeed: Any = None) -> tuple[Signature, list[list[np.ndarray]]]:
+def _flatten_replicas(
+    inputs: Any, same_shapes: bool = True, num_cores: int = 1, infeed: Any = None
+) -> tuple[Signature, list[list[np.ndarray]]]:
     replicas = _normalize_inputs(inputs)
     flat: list[list[np.ndarray]] = []
     treedef = None
@@ -221,9 +223,7 @@ def _export_escaping_values(cluster: OutsideCompilationOp) -> None:
     escaping: list[SSAValue] = []
     for o in cluster.body.walk():
         for r in o.results:
-            if r not in cluster.body.block.last_op.operands and any(
-                id(u.operation) not in inside for u in r.uses
-            ):
+            if r not in cluster.body.block.last_op.operands and any(id(u.operation) not in inside for u in r.uses):
                 escaping.append(r)
     if not escaping:
         return
@@ -245,7 +245,7 @@ def _export_escaping_values(cluster: OutsideCompilationOp) -> None:
     for old_r, new_r in zip(cluster.results, new.results):
         old_r.replace_all_uses_with(new_r)
     inside_new = {id(o) for o in new.walk()}
-    for v, new_r in zip(escaping, new.results[len(cluster.results):]):
+    for v, new_r in zip(escaping, new.results[len(cluster.results) :]):
         v.replace_uses_with_if(new_r, lambda use: id(use.operation) not in inside_new)
     parent.erase_op(cluster)
 
@@ -380,7 +380,7 @@ class Lowered:
         return module_text(self.module, generic)
 
     @paused_gc()
-    def compile(self, pipeline: str | Sequence[str] | None = None, timeout: float | None = None) -> "Compiled":
+    def compile(self, pipeline: str | Sequence[str] | None = None, timeout: float | None = None) -> Compiled:
         """Run the pass pipeline (default: ``default_pipeline()``) on a copy of
         the module and build the runtime program.
 
@@ -446,8 +446,9 @@ class Compiled:
         # Logical cores per replica come from the device assignment the
         # program was compiled with, not from the inputs.
         compiled = self.signature
-        sig, flat = _flatten_replicas(inputs, same_shapes=not compiled.dynamic, num_cores=compiled.num_cores,
-                                      infeed=compiled.infeed)
+        sig, flat = _flatten_replicas(
+            inputs, same_shapes=not compiled.dynamic, num_cores=compiled.num_cores, infeed=compiled.infeed
+        )
         if self.signature.dynamic:  # compiled for maximum_shapes: pad to its shapes
             from xtpu import padding
 
@@ -605,7 +606,7 @@ def lower(
 
 
 _cache_lock = threading.Lock()
-_cache: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_cache: weakref.WeakKeyDictionary[Any, dict] = weakref.WeakKeyDictionary()
 _cache_stats = {"hits": 0, "misses": 0}
 
 
@@ -848,7 +849,11 @@ def cross_replica_sum(x: Any, group_assignment: Any = None, name: str | None = N
     n = tr.num_replicas
     groups = None
     if group_assignment is not None:
-        groups = [[int(r) for r in g] for g in np.asarray(group_assignment, dtype=object).tolist()] if isinstance(group_assignment, np.ndarray) else [[int(r) for r in g] for g in group_assignment]
+        groups = (
+            [[int(r) for r in g] for g in np.asarray(group_assignment, dtype=object).tolist()]
+            if isinstance(group_assignment, np.ndarray)
+            else [[int(r) for r in g] for g in group_assignment]
+        )
         check_group_assignment(groups, n)
     if tr is not None and tr.cluster is not None:
         raise ValueError(

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
 
 def _is_variable(x: Any) -> bool:
     from xtpu import pytree
@@ -51,19 +53,24 @@ def partial_apply_variables(fn: Callable, args: tuple, kwargs: dict, cache: dict
             raise ValueError(
                 "Mixing Variables and positional-only parameters not supported by TPUStrategy. Received "
                 f"{len(var_kwargs)} DistributedVariables in **kwargs and {sum(_is_variable(a) for a in args)} in "
-                "*args, expected zero for both.")
+                "*args, expected zero for both."
+            )
     star_args, seen_var = [], False
     for i, a in enumerate(args):
         in_star = star_index is not None and i >= star_index
         if _is_variable(a):
             if in_star:
-                raise ValueError("TPUStrategy.run() cannot handle Variables passed to *args. Either name the function "
-                                 "argument, or capture the Variable implicitly.")
+                raise ValueError(
+                    "TPUStrategy.run() cannot handle Variables passed to *args. Either name the function "
+                    "argument, or capture the Variable implicitly."
+                )
             seen_var = True
         elif in_star:
             if seen_var:
-                raise ValueError("TPUStrategy.run() cannot handle both Variables and a mix of positional args and "
-                                 "*args. Either remove the *args, or capture the Variable implicitly.")
+                raise ValueError(
+                    "TPUStrategy.run() cannot handle both Variables and a mix of positional args and "
+                    "*args. Either remove the *args, or capture the Variable implicitly."
+                )
             star_args.append(a)
             continue
         if len(names) <= i:

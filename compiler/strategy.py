@@ -20,7 +20,24 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
+
 from xtpu import pytree
+
+# The thread's scope / colocation / run stacks and the traced reductions live
+# below this module (variables use them without importing the strategy).
+from xtpu.distribute_context import (  # noqa: E402,F401
+    _stack,
+    current_colocation,
+    current_run_state,
+    current_scope_strategy,
+    traced_reduce,
+)
+from xtpu.distribute_context import (
+    all_gather_list as _all_gather_list,
+)
+from xtpu.distribute_context import (
+    select_for as _select_for,
+)
 from xtpu.distribute_values import (
     Mirrored,
     PerReplica,
@@ -28,19 +45,6 @@ from xtpu.distribute_values import (
     as_aggregation,
 )
 from xtpu.tracing import Tensor, bind, convert, current_trace, to_numpy
-
-# The thread's scope / colocation / run stacks and the traced reductions live
-# below this module (variables use them without importing the strategy).
-from xtpu.distribute_context import (  # noqa: E402,F401
-    _stack,
-    all_gather_list as _all_gather_list,
-    current_colocation,
-    current_run_state,
-    current_scope_strategy,
-    select_for as _select_for,
-    traced_reduce,
-)
-
 
 # --------------------------------------------------------------------------
 # Cluster resolver
@@ -63,17 +67,33 @@ class TPUClusterResolver:
       ValueError: ``tpu`` names a remote TPU (xtpu simulates the local one).
     """
 
-    def __init__(self, tpu: Any = None, zone: Any = None, project: Any = None, job_name: str = "worker",
-                 coordinator_name: Any = None, coordinator_address: Any = None, credentials: Any = "default",
-                 service: Any = None, discovery_url: Any = None, *, num_cores: int | None = 8, topology: Any = None):
+    def __init__(
+        self,
+        tpu: Any = None,
+        zone: Any = None,
+        project: Any = None,
+        job_name: str = "worker",
+        coordinator_name: Any = None,
+        coordinator_address: Any = None,
+        credentials: Any = "default",
+        service: Any = None,
+        discovery_url: Any = None,
+        *,
+        num_cores: int | None = 8,
+        topology: Any = None,
+    ):
         from xtpu.topology import initialize_tpu_system
 
         if isinstance(tpu, (int, np.integer)) and not isinstance(tpu, bool):
-            raise TypeError(f"TPUClusterResolver's first argument is TF's `tpu` (a TPU name, '' for the local "
-                            f"TPU); give the number of cores as num_cores={int(tpu)}")
+            raise TypeError(
+                f"TPUClusterResolver's first argument is TF's `tpu` (a TPU name, '' for the local "
+                f"TPU); give the number of cores as num_cores={int(tpu)}"
+            )
         if tpu not in (None, "", "local") and tpu != b"":
-            raise ValueError(f"xtpu simulates the local TPU system only; tpu={tpu!r} names another one "
-                             "(use TPUClusterResolver(tpu='') or TPUClusterResolver())")
+            raise ValueError(
+                f"xtpu simulates the local TPU system only; tpu={tpu!r} names another one "
+                "(use TPUClusterResolver(tpu='') or TPUClusterResolver())"
+            )
         self._tpu = tpu
 
         if topology is not None:
@@ -226,7 +246,10 @@ class ReplicaContext:
         if current_trace().cluster is not None:
             raise ValueError("merge_call cannot run inside an outside_compilation cluster")
         n = state.num_replicas
-        wrap = lambda x: _TracedPerReplica(x, n) if isinstance(x, Tensor) else x
+
+        def wrap(x):
+            return _TracedPerReplica(x, n) if isinstance(x, Tensor) else x
+
         a = _tree_map(wrap, tuple(args))
         kw = _tree_map(wrap, dict(kwargs))
         prev = state.in_merge
@@ -313,8 +336,9 @@ class ReplicaContext:
             x = convert(x) if traced else x
             rank = len(np.shape(x)) if not traced else len(x.shape)
             if not 0 <= axis < rank:
-                raise ValueError(f"all_gather axis {axis} is out of range for a tensor of rank {rank} "
-                                 "(it must be in [0, rank))")
+                raise ValueError(
+                    f"all_gather axis {axis} is out of range for a tensor of rank {rank} (it must be in [0, rank))"
+                )
             if not traced or state.num_replicas == 1:
                 return x
             from xtpu.collectives import all_gather
@@ -413,7 +437,7 @@ def _split_batch(batch: Any, n: int) -> Any:
                 f"{n} replicas (the batch size must be a multiple of num_replicas_in_sync)"
             )
         k = b // n
-        return PerReplica([arr[r * k:(r + 1) * k] for r in range(n)])
+        return PerReplica([arr[r * k : (r + 1) * k] for r in range(n)])
 
     return _tree_map(split, batch)
 
@@ -470,9 +494,16 @@ class TPUStrategy:
         is the strategy's (default: one core per replica).
     """
 
-    def __init__(self, tpu_cluster_resolver: TPUClusterResolver | None = None, steps_per_run: Any = 1,
-                 num_cores: int | None = None, device_assignment: Any = None, *,
-                 experimental_device_assignment: Any = None, experimental_spmd_xla_partitioning: bool = False):
+    def __init__(
+        self,
+        tpu_cluster_resolver: TPUClusterResolver | None = None,
+        steps_per_run: Any = 1,
+        num_cores: int | None = None,
+        device_assignment: Any = None,
+        *,
+        experimental_device_assignment: Any = None,
+        experimental_spmd_xla_partitioning: bool = False,
+    ):
         # TF 2's signature: TPUStrategy(tpu_cluster_resolver=None,
         # experimental_device_assignment=None, experimental_spmd_xla_partitioning=False);
         # a DeviceAssignment in the second place is TF 2's positional use.
@@ -624,11 +655,13 @@ class TPUStrategy:
         """Nothing to finalize eagerly (TF: TPU shutdown)."""
         return
 
-    def configure(self, session_config: Any = None, cluster_spec: Any = None, task_type: Any = None,
-                  task_id: Any = None) -> None:
+    def configure(
+        self, session_config: Any = None, cluster_spec: Any = None, task_type: Any = None, task_id: Any = None
+    ) -> None:
         """Record the configuration; the local simulated system needs none."""
-        self._config = dict(session_config=session_config, cluster_spec=cluster_spec, task_type=task_type,
-                            task_id=task_id)
+        self._config = dict(
+            session_config=session_config, cluster_spec=cluster_spec, task_type=task_type, task_id=task_id
+        )
 
     def get_host_cpu_device(self, host_id: int) -> str:
         return _HOST_CPU
@@ -654,11 +687,14 @@ class TPUStrategy:
             return run_in_function(self, fn, args, dict(kwargs or {}))
         from xtpu.run_arguments import partial_apply_variables
 
-        fn, args, kwargs = partial_apply_variables(fn, tuple(args), dict(kwargs or {}),
-                                                   self.__dict__.setdefault("_bound_fns", {}))
+        fn, args, kwargs = partial_apply_variables(
+            fn, tuple(args), dict(kwargs or {}), self.__dict__.setdefault("_bound_fns", {})
+        )
         n = self._num_replicas
         steps = self.steps_per_run
-        leaves, tree = pytree.flatten((tuple(args), kwargs), is_leaf=lambda x: isinstance(x, (PerReplica, DistributedIterator)))
+        leaves, tree = pytree.flatten(
+            (tuple(args), kwargs), is_leaf=lambda x: isinstance(x, (PerReplica, DistributedIterator))
+        )
         # Iterators: pull one batch per step and stack them.
         expanded: list[Any] = []
         stacked_flags: list[bool] = []
@@ -706,7 +742,9 @@ class TPUStrategy:
         args_per_replica = per_replica
         while True:
             variables = self._program_variables()
-            per_replica = [list(a) + [v._replica_input(r, self) for v in variables] for r, a in enumerate(args_per_replica)]
+            per_replica = [
+                list(a) + [v._replica_input(r, self) for v in variables] for r, a in enumerate(args_per_replica)
+            ]
             key = (fn, tree, tuple(struct), tuple(stacked_flags), tuple(id(v) for v in variables), steps)
             wrapper = self._wrappers.get(key)
             if wrapper is None:
@@ -781,6 +819,7 @@ class TPUStrategy:
             raise ValueError("reduce needs SUM, MEAN or ONLY_FIRST_TOWER, not NONE")
         state = self._traced()
         if state is not None:
+
             def one(x):
                 if isinstance(x, _TracedPerReplica):
                     local = x.local
@@ -791,7 +830,8 @@ class TPUStrategy:
                         local = reduce_sum(local, axis=axis)
                         if agg is VariableAggregation.MEAN:
                             return traced_reduce(VariableAggregation.SUM, local, state.num_replicas) / np.asarray(
-                                dim * state.num_replicas, dtype=np.dtype(local.dtype))
+                                dim * state.num_replicas, dtype=np.dtype(local.dtype)
+                            )
                     return traced_reduce(agg, local, state.num_replicas)
                 if isinstance(x, PerReplica):
                     return self._eager_reduce(agg, x, axis)
@@ -858,7 +898,7 @@ class TPUStrategy:
         out, off = [], 0
         for x in locals_:
             size = int(np.prod(x.shape, dtype=np.int64))
-            piece = reshape(summed[off:off + size], tuple(x.shape))
+            piece = reshape(summed[off : off + size], tuple(x.shape))
             off += size
             if agg is VariableAggregation.MEAN:
                 piece = piece / np.asarray(n, dtype=np.dtype(dtype))
@@ -961,7 +1001,9 @@ class TPUStrategy:
                 raise ValueError("Neither *args nor **kwargs may contain per-device values")
             return x
 
-        is_leaf = lambda x: isinstance(x, PerReplica)
+        def is_leaf(x):
+            return isinstance(x, PerReplica)
+
         return _tree_map(one, tuple(args), is_leaf), _tree_map(one, dict(kwargs), is_leaf)
 
     def non_slot_devices(self, var_list: Any) -> tuple[str, ...]:
@@ -1019,12 +1061,14 @@ class TPUStrategy:
         if self._use_spmd_for_xla_partitioning:
             raise ValueError(
                 "Cannot assign a tensor to a logical device in SPMD mode. To disable SPMD, Please construct the "
-                "TPUStrategy with `experimental_spmd_xla_partitioning=False`")
+                "TPUStrategy with `experimental_spmd_xla_partitioning=False`"
+            )
         if not 0 <= int(logical_device_id) < self._cores_per_replica:
             raise ValueError(
                 "`logical_core_id` to assign must be lower then total number of logical devices per replica. "
                 f"Received logical device id {logical_device_id} but there are only total of "
-                f"{self._cores_per_replica} logical devices in replica.")
+                f"{self._cores_per_replica} logical devices in replica."
+            )
         return assign_to_logical_device(tensor, logical_device_id)
 
     @contextlib.contextmanager
@@ -1038,7 +1082,8 @@ class TPUStrategy:
         if not 0 <= int(logical_device_id) < self._cores_per_replica:
             raise ValueError(
                 f"`logical_device_id` not in range (was {logical_device_id}, but there are only "
-                f"{self._cores_per_replica} logical devices per replica).")
+                f"{self._cores_per_replica} logical devices per replica)."
+            )
         self._logical_device_stack.append(int(logical_device_id))
         try:
             yield
@@ -1085,8 +1130,9 @@ def _make_wrapper(strategy: TPUStrategy, fn: Callable, tree, struct, stacked_fla
                 vals.append(x[step])
             else:
                 zero = convert(np.int32(0))
-                (sl,) = bind(hlo.DynamicSliceOp, [x, step] + [zero] * (len(x.shape) - 1),
-                             slice_sizes=(1,) + tuple(x.shape[1:]))
+                (sl,) = bind(
+                    hlo.DynamicSliceOp, [x, step] + [zero] * (len(x.shape) - 1), slice_sizes=(1,) + tuple(x.shape[1:])
+                )
                 vals.append(reshape(sl, tuple(x.shape[1:])))
         # Rebuild: iterator leaves back into their batch structure.
         it = iter(vals)

@@ -318,8 +318,9 @@ def scalar(name: str, data: Any, step: Any = None, description: str | None = Non
     return True
 
 
-def histogram(name: str, data: Any, step: Any = None, buckets: int | None = None,
-              description: str | None = None) -> bool:
+def histogram(
+    name: str, data: Any, step: Any = None, buckets: int | None = None, description: str | None = None
+) -> bool:
     """Write a histogram of ``data`` to the default writer (tf.summary.histogram).
 
     Args:
@@ -341,7 +342,6 @@ def histogram(name: str, data: Any, step: Any = None, buckets: int | None = None
       TypeError: ``name`` is not a string.
     """
     from xtpu.dialects.summary_histogram import DEFAULT_BUCKETS, SummaryHistogramOp
-
     from xtpu.tracing import read_if_variable
 
     if not isinstance(name, str):
@@ -370,8 +370,16 @@ def histogram(name: str, data: Any, step: Any = None, buckets: int | None = None
     return True
 
 
-def _write(op_name: str, name: str, data: Any, step: Any, plugin: str, description: str | None,
-           max_outputs: int | None = None, metadata: bytes | None = None) -> bool:
+def _write(
+    op_name: str,
+    name: str,
+    data: Any,
+    step: Any,
+    plugin: str,
+    description: str | None,
+    max_outputs: int | None = None,
+    metadata: bytes | None = None,
+) -> bool:
     """Emit (or run eagerly) ``hlo.summary_write`` for the default writer."""
     from xtpu.dialects.summary_write import SummaryWriteOp
     from xtpu.tracing import read_if_variable

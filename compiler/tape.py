@@ -25,7 +25,8 @@ import contextlib
 import operator
 import os
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -44,9 +45,7 @@ from xtpu.gradients import (
 )
 from xtpu.tracing import Tensor, current_trace, is_tensor_like, recording_tapes, spec_of, user_location
 
-NON_PERSISTENT_TWICE = (
-    "A non-persistent GradientTape can only be used to compute one set of gradients (or jacobians)"
-)
+NON_PERSISTENT_TWICE = "A non-persistent GradientTape can only be used to compute one set of gradients (or jacobians)"
 
 
 class EagerTensor(np.ndarray):
@@ -104,8 +103,9 @@ class EagerTensor(np.ndarray):
             return outs[0] if len(outs) == 1 else tuple(outs)
         result = getattr(ufunc, method)(*plain, **kwargs)
         if tapes:
-            _check_recorded(f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}"),
-                            inputs, result, tapes)
+            _check_recorded(
+                f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}"), inputs, result, tapes
+            )
         return _wrap(result)
 
     def __array_function__(self, func, types, args, kwargs):
@@ -126,8 +126,9 @@ class EagerTensor(np.ndarray):
         if obj is not None and isinstance(obj, EagerTensor) and obj.dtype.kind == "f":
             tapes = getattr(_tape_local(), "recording", None)
             if tapes and _tracked_by(obj, tapes) and not _numpy_caller(sys._getframe(1)):
-                raise TypeError(_not_recorded_message(
-                    "an ndarray method or numpy function that makes a new array (a view or copy)"))
+                raise TypeError(
+                    _not_recorded_message("an ndarray method or numpy function that makes a new array (a view or copy)")
+                )
 
     # -- indexing and iteration ---------------------------------------------
     def __getitem__(self, key):
@@ -268,10 +269,18 @@ def _inplace(name: str, binary: Any):
 
 
 for _name, _binary in [
-    ("__iadd__", operator.add), ("__isub__", operator.sub), ("__imul__", operator.mul),
-    ("__itruediv__", operator.truediv), ("__ifloordiv__", operator.floordiv), ("__imod__", operator.mod),
-    ("__ipow__", operator.pow), ("__imatmul__", operator.matmul), ("__iand__", operator.and_),
-    ("__ior__", operator.or_), ("__ixor__", operator.xor), ("__ilshift__", operator.lshift),
+    ("__iadd__", operator.add),
+    ("__isub__", operator.sub),
+    ("__imul__", operator.mul),
+    ("__itruediv__", operator.truediv),
+    ("__ifloordiv__", operator.floordiv),
+    ("__imod__", operator.mod),
+    ("__ipow__", operator.pow),
+    ("__imatmul__", operator.matmul),
+    ("__iand__", operator.and_),
+    ("__ior__", operator.or_),
+    ("__ixor__", operator.xor),
+    ("__ilshift__", operator.lshift),
     ("__irshift__", operator.rshift),
 ]:
     setattr(EagerTensor, _name, _inplace(_name, _binary))
@@ -315,9 +324,7 @@ def _is_held(value: Any) -> bool:
 
 
 def _float_tracked(values: Any, tapes: list[Any]) -> bool:
-    return any(
-        isinstance(v, np.ndarray) and v.dtype.kind == "f" and _tracked_by(v, tapes) for v in values
-    )
+    return any(isinstance(v, np.ndarray) and v.dtype.kind == "f" and _tracked_by(v, tapes) for v in values)
 
 
 def _where() -> str:
@@ -344,8 +351,7 @@ def _immutable_message(what: str) -> str:
 
 def _check_inplace(what: str, outs: Any, inputs: Any, tapes: list[Any]) -> None:
     if any(_is_held(o) or _tracked_by(o, tapes) for o in outs) or _float_tracked(inputs, tapes):
-        raise ValueError(_immutable_message(what) if any(_is_held(o) for o in outs)
-                         else _not_recorded_message(what))
+        raise ValueError(_immutable_message(what) if any(_is_held(o) for o in outs) else _not_recorded_message(what))
 
 
 def _check_recorded(what: str, inputs: Any, result: Any, tapes: list[Any]) -> None:
@@ -431,8 +437,13 @@ def _xtpu_ufunc(ufunc, method, inputs, kwargs, tapes) -> Any:
     if method == "reduce" and ufunc.__name__ in _REDUCTIONS and len(inputs) == 1:
         (x,) = inputs
         extra = set(kwargs) - {"axis", "keepdims", "dtype", "where"}
-        if (extra or kwargs.get("dtype") is not None or kwargs.get("where", True) is not True
-                or np.asarray(x).dtype.kind != "f" or not _tracked_by(x, tapes)):
+        if (
+            extra
+            or kwargs.get("dtype") is not None
+            or kwargs.get("where", True) is not True
+            or np.asarray(x).dtype.kind != "f"
+            or not _tracked_by(x, tapes)
+        ):
             return None
         fn = getattr(m, _REDUCTIONS[ufunc.__name__])
         axis = kwargs.get("axis", 0)  # ufunc.reduce's default axis is 0
@@ -457,8 +468,13 @@ def _numeric_operand(x: Any) -> bool:
 
 def _recordable_function(func, args, kwargs, tapes) -> Any:
     """A thunk running the numpy function ``func`` as xtpu ops, or None."""
-    if (func is np.concatenate and args and not kwargs.keys() - {"axis", "out", "dtype", "casting"}
-            and kwargs.get("out") is None and kwargs.get("dtype") is None):
+    if (
+        func is np.concatenate
+        and args
+        and not kwargs.keys() - {"axis", "out", "dtype", "casting"}
+        and kwargs.get("out") is None
+        and kwargs.get("dtype") is None
+    ):
         values = list(args[0])
         axis = kwargs.get("axis", args[1] if len(args) > 1 else 0)
         if len(args) <= 2 and axis is not None and _float_tracked(values, tapes):
@@ -534,8 +550,10 @@ def as_eager_tensor(value: Any) -> EagerTensor:
 
 def as_eager_results(results: list[Any]) -> list[Any]:
     """An eager op's numeric results as EagerTensors (strings stay arrays)."""
-    return [r if isinstance(r, EagerTensor) or np.asarray(r).dtype.kind not in "biuf" else as_eager_tensor(r)
-            for r in results]
+    return [
+        r if isinstance(r, EagerTensor) or np.asarray(r).dtype.kind not in "biuf" else as_eager_tensor(r)
+        for r in results
+    ]
 
 
 # --------------------------------------------------------------------------
@@ -590,7 +608,7 @@ class GradientTape:
         self._variable_reads: dict[Any, list[Any]] = {}
 
     # -- context ------------------------------------------------------------
-    def __enter__(self) -> "GradientTape":
+    def __enter__(self) -> GradientTape:
         if self._recording:
             raise ValueError("Tape is still recording, This can happen if you try to re-enter an already-active tape.")
         tr = current_trace()
@@ -661,9 +679,7 @@ class GradientTape:
                 self._tracked[leaf.value] = leaf
                 continue
             if not isinstance(leaf, np.ndarray):
-                raise TypeError(
-                    f"GradientTape.watch: {leaf!r} is a Python value; watch an xtpu.constant(...) instead"
-                )
+                raise TypeError(f"GradientTape.watch: {leaf!r} is a Python value; watch an xtpu.constant(...) instead")
             if self._trace is not None or current_trace() is not None:
                 raise ValueError(
                     "GradientTape.watch: inside a replicated computation, watch a traced xtpu tensor; "
@@ -774,8 +790,9 @@ class GradientTape:
                 _freeze_private(r, operands)
         results = [as_eager_tensor(r) for r in results]
         self._order += 1
-        node = Node(op_cls, dict(params), [id(a) for a in operands], [id(r) for r in results], self._order,
-                    user_location())
+        node = Node(
+            op_cls, dict(params), [id(a) for a in operands], [id(r) for r in results], self._order, user_location()
+        )
         for a in operands:
             self._hold(a)
         for r in results:
@@ -856,8 +873,10 @@ class GradientTape:
         if self._used and not self._persistent:
             raise RuntimeError(NON_PERSISTENT_TWICE)
         if target is None:
-            raise TypeError("Argument `target` should be a list or nested structure of Tensors, Variables or "
-                            "CompositeTensors to be differentiated, but received None.")
+            raise TypeError(
+                "Argument `target` should be a list or nested structure of Tensors, Variables or "
+                "CompositeTensors to be differentiated, but received None."
+            )
         unconnected_gradients = unconnected_value(unconnected_gradients)
         self._check_context()
         self._used = True
@@ -1038,13 +1057,17 @@ class GradientTape:
 
         t_spec, s_spec = spec_of(self._as_value(target)), _source_spec(source)
         if len(t_spec.shape) < 2:
-            raise ValueError(f"Need first dimension of target shape ({list(t_spec.shape)}) and source shape "
-                             f"({list(s_spec.shape)}) to match; target must have rank at least 2")
+            raise ValueError(
+                f"Need first dimension of target shape ({list(t_spec.shape)}) and source shape "
+                f"({list(s_spec.shape)}) to match; target must have rank at least 2"
+            )
         if len(s_spec.shape) < 2:
             raise ValueError(f"source must have rank at least 2, got shape {list(s_spec.shape)}")
         if t_spec.shape[0] != s_spec.shape[0]:
-            raise ValueError(f"Need first dimension of target shape ({list(t_spec.shape)}) and source shape "
-                             f"({list(s_spec.shape)}) to match.")
+            raise ValueError(
+                f"Need first dimension of target shape ({list(t_spec.shape)}) and source shape "
+                f"({list(s_spec.shape)}) to match."
+            )
         full = self.jacobian(target, source, unconnected_gradients, parallel_iterations, experimental_use_pfor)
         if full is None:
             return None
@@ -1090,7 +1113,7 @@ class VariableWatcher:
         self.reads: list[tuple[Any, Any]] = []
         self._tracked: dict = {}
 
-    def __enter__(self) -> "VariableWatcher":
+    def __enter__(self) -> VariableWatcher:
         recording_tapes().append(self)
         return self
 

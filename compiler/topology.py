@@ -546,7 +546,9 @@ def initialize_tpu_system(cluster_resolver: Any = None, num_cores: int | None = 
         if name in _INITIALIZED_TPU_SYSTEMS:
             logging.getLogger("xtpu").warning(
                 "TPU system %s has already been initialized. Reinitializing the TPU can cause previously created "
-                "variables on TPU to be lost.", name)
+                "variables on TPU to be lost.",
+                name,
+            )
         _INITIALIZED_TPU_SYSTEMS.add(name)
     elif num_cores is None:
         num_cores = 8

@@ -25,8 +25,9 @@ def _experimental():
     from xtpu.device_assignment import DeviceAssignment
     from xtpu.topology import Topology, initialize_tpu_system
 
-    return types.SimpleNamespace(initialize_tpu_system=initialize_tpu_system, DeviceAssignment=DeviceAssignment,
-                                 Topology=Topology)
+    return types.SimpleNamespace(
+        initialize_tpu_system=initialize_tpu_system, DeviceAssignment=DeviceAssignment, Topology=Topology
+    )
 
 
 experimental = _experimental()
@@ -69,8 +70,13 @@ class CrossShardOptimizer(Optimizer):
       TypeError: ``opt`` is not an ``xtpu.train`` optimizer (e.g. a TF 2 one).
     """
 
-    def __init__(self, opt: Any, reduction: str = losses.Reduction.MEAN, name: str = "CrossShardOptimizer",
-                 group_assignment: Any = None):
+    def __init__(
+        self,
+        opt: Any,
+        reduction: str = losses.Reduction.MEAN,
+        name: str = "CrossShardOptimizer",
+        group_assignment: Any = None,
+    ):
         accepted_reductions = (losses.Reduction.SUM, losses.Reduction.MEAN)
         if reduction not in accepted_reductions:
             raise ValueError(f"Argument `reduction` should be one of {accepted_reductions}. Received: {reduction}")
@@ -165,7 +171,8 @@ class CrossShardOptimizer(Optimizer):
             # Every replica applies its sums as they are (merge context: the
             # mirrored variables take them without another reduction).
             return get_replica_context().merge_call(
-                lambda _strategy: self._opt._apply_local(summed_grads_and_vars, global_step, name))
+                lambda _strategy: self._opt._apply_local(summed_grads_and_vars, global_step, name)
+            )
         return self._opt.apply_gradients(summed_grads_and_vars, global_step, name)
 
     def get_slot(self, *args: Any, **kwargs: Any) -> Any:

@@ -14,7 +14,8 @@ import os
 import sys
 import sysconfig
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr
@@ -25,10 +26,9 @@ from xtpu.dialects.hlo_host import StringConstantOp
 from xtpu.dialects.primitive import PrimitiveOp, ShapeError
 from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy, numpy_dtype
 
-_PKG_DIRS = tuple(
-    os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-    for m in (sys.modules["xtpu.dialects"],)
-) + (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+_PKG_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (sys.modules["xtpu.dialects"],)) + (
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+)
 
 
 # Frames that are never the user's line: the Python standard library and
@@ -105,7 +105,7 @@ class Tensor:
 
     __slots__ = ("value", "spec", "trace", "__weakref__")
 
-    def __init__(self, value: SSAValue, spec: TensorSpec, trace: "Trace"):
+    def __init__(self, value: SSAValue, spec: TensorSpec, trace: Trace):
         self.value = value
         self.spec = spec
         self.trace = trace
@@ -132,9 +132,7 @@ class Tensor:
         )
 
     def __array__(self, *args, **kwargs):
-        raise TypeError(
-            "a traced xtpu.Tensor has no value while tracing; it cannot become a numpy array"
-        )
+        raise TypeError("a traced xtpu.Tensor has no value while tracing; it cannot become a numpy array")
 
     def __len__(self) -> int:
         if not self.shape:
@@ -296,9 +294,7 @@ def to_numpy(value: Any, dtype: str | None = None) -> np.ndarray:
         elif not arr.dtype.isnative:  # big-endian data (a file's, say): the same values, native order
             arr = arr.astype(arr.dtype.newbyteorder("="))
         if dtype is not None and dtype_of_numpy(arr.dtype) != dtype:
-            raise TypeError(
-                f"expected a {dtype} value, got a numpy array of dtype {arr.dtype.name}"
-            )
+            raise TypeError(f"expected a {dtype} value, got a numpy array of dtype {arr.dtype.name}")
         dtype_of_numpy(arr.dtype)
         return arr
     arr = np.asarray(value, dtype=object if _is_string(value) else None)
@@ -380,9 +376,7 @@ def bind(op_cls: type[PrimitiveOp], operands: Sequence[Any], **params: Any) -> l
         arrays = []
         for a in operands:
             if isinstance(a, Tensor):
-                raise RuntimeError(
-                    f"a traced tensor ({a!r}) was used outside the replicated computation that made it"
-                )
+                raise RuntimeError(f"a traced tensor ({a!r}) was used outside the replicated computation that made it")
             arrays.append(np.asarray(a) if not isinstance(a, np.ndarray) else a)
         tapes = getattr(_tape_state, "recording", None)
         try:
@@ -402,9 +396,7 @@ def bind(op_cls: type[PrimitiveOp], operands: Sequence[Any], **params: Any) -> l
     for a in operands:
         if isinstance(a, Tensor):
             if a.trace is not tr:
-                raise RuntimeError(
-                    f"a traced tensor ({a!r}) from another computation was used here"
-                )
+                raise RuntimeError(f"a traced tensor ({a!r}) from another computation was used here")
             tensors.append(a)
         else:
             tensors.append(tr.constant(to_numpy(a)))

@@ -89,9 +89,17 @@ class Optimizer:
         return self._name
 
     # -- gradients ----------------------------------------------------------
-    def minimize(self, loss: Any, global_step: Any = None, var_list: Any = None, gate_gradients: int = GATE_OP,
-                 aggregation_method: Any = None, colocate_gradients_with_ops: bool = False,
-                 name: str | None = None, grad_loss: Any = None) -> Any:
+    def minimize(
+        self,
+        loss: Any,
+        global_step: Any = None,
+        var_list: Any = None,
+        gate_gradients: int = GATE_OP,
+        aggregation_method: Any = None,
+        colocate_gradients_with_ops: bool = False,
+        name: str | None = None,
+        grad_loss: Any = None,
+    ) -> Any:
         """``compute_gradients`` then ``apply_gradients``.
 
         Raises:
@@ -99,8 +107,13 @@ class Optimizer:
             any variable, ...").
         """
         grads_and_vars = self.compute_gradients(
-            loss, var_list=var_list, gate_gradients=gate_gradients, aggregation_method=aggregation_method,
-            colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss)
+            loss,
+            var_list=var_list,
+            gate_gradients=gate_gradients,
+            aggregation_method=aggregation_method,
+            colocate_gradients_with_ops=colocate_gradients_with_ops,
+            grad_loss=grad_loss,
+        )
         vars_with_grad = [v for g, v in grads_and_vars if g is not None]
         if not vars_with_grad:
             raise ValueError(
@@ -109,9 +122,15 @@ class Optimizer:
             )
         return self.apply_gradients(grads_and_vars, global_step=global_step, name=name)
 
-    def compute_gradients(self, loss: Any, var_list: Any = None, gate_gradients: int = GATE_OP,
-                          aggregation_method: Any = None, colocate_gradients_with_ops: bool = False,
-                          grad_loss: Any = None) -> list[tuple[Any, Any]]:
+    def compute_gradients(
+        self,
+        loss: Any,
+        var_list: Any = None,
+        gate_gradients: int = GATE_OP,
+        aggregation_method: Any = None,
+        colocate_gradients_with_ops: bool = False,
+        grad_loss: Any = None,
+    ) -> list[tuple[Any, Any]]:
         """Gradients of ``loss`` for the variables of ``var_list``
         (``tf.compat.v1.train.Optimizer.compute_gradients``).
 
@@ -134,11 +153,13 @@ class Optimizer:
           NotImplementedError: ``var_list`` holds something other than
             ``xtpu.Variable`` s.
         """
-        return self._compute_gradients(loss, var_list, gate_gradients, aggregation_method,
-                                       colocate_gradients_with_ops, grad_loss)
+        return self._compute_gradients(
+            loss, var_list, gate_gradients, aggregation_method, colocate_gradients_with_ops, grad_loss
+        )
 
-    def _compute_gradients(self, loss, var_list, gate_gradients, aggregation_method, colocate_gradients_with_ops,
-                           grad_loss):
+    def _compute_gradients(
+        self, loss, var_list, gate_gradients, aggregation_method, colocate_gradients_with_ops, grad_loss
+    ):
         from xtpu.gradients import gradients
         from xtpu.tape import GradientTape
 
@@ -179,9 +200,14 @@ class Optimizer:
             util.check_variable(v)
         if not var_list:
             raise ValueError("No variables to optimize.")
-        grads = gradients(loss, var_list, grad_ys=grad_loss, gate_gradients=(gate_gradients == Optimizer.GATE_OP),
-                          aggregation_method=aggregation_method,
-                          colocate_gradients_with_ops=colocate_gradients_with_ops)
+        grads = gradients(
+            loss,
+            var_list,
+            grad_ys=grad_loss,
+            gate_gradients=(gate_gradients == Optimizer.GATE_OP),
+            aggregation_method=aggregation_method,
+            colocate_gradients_with_ops=colocate_gradients_with_ops,
+        )
         grads_and_vars = list(zip(grads, var_list))
         self._assert_valid_dtypes([v for g, v in grads_and_vars if g is not None], "variable")
         return grads_and_vars
@@ -235,7 +261,9 @@ class Optimizer:
             raise NotImplementedError(util.BARE_REPLICATE.format(what=f"{type(self).__name__}.apply_gradients"))
         if has_strategy():
             if in_cross_replica_context():
-                raise RuntimeError("Use `_distributed_apply()` instead of `apply_gradients()` in a cross-replica context.")
+                raise RuntimeError(
+                    "Use `_distributed_apply()` instead of `apply_gradients()` in a cross-replica context."
+                )
             grads_and_vars = self._filtered(grads_and_vars)
             return get_replica_context().merge_call(self._distributed_apply, args=(grads_and_vars, global_step, name))
         return self._apply_local(grads_and_vars, global_step, name)
@@ -250,8 +278,9 @@ class Optimizer:
             util.check_variable(v)
         return [(util.check_gradient(g, v), v) for g, v in util.filter_empty_gradients(pairs)]
 
-    def _distributed_apply(self, distribution: Any, grads_and_vars: Any, global_step: Any = None,
-                           name: str | None = None) -> None:
+    def _distributed_apply(
+        self, distribution: Any, grads_and_vars: Any, global_step: Any = None, name: str | None = None
+    ) -> None:
         """The cross-replica part of ``apply_gradients`` (merge_fn): sum the
         gradients over the replicas, then update every replica alike."""
         pairs = list(grads_and_vars)
@@ -393,8 +422,14 @@ class MomentumOptimizer(Optimizer):
     The slot is named ``"momentum"``.
     """
 
-    def __init__(self, learning_rate: Any, momentum: Any, use_locking: bool = False, name: str = "Momentum",
-                 use_nesterov: bool = False):
+    def __init__(
+        self,
+        learning_rate: Any,
+        momentum: Any,
+        use_locking: bool = False,
+        name: str = "Momentum",
+        use_nesterov: bool = False,
+    ):
         super().__init__(use_locking, name)
         self._learning_rate = learning_rate
         self._momentum = momentum
@@ -429,8 +464,15 @@ class AdamOptimizer(Optimizer):
     placed like the first variable (by name), as in TF.
     """
 
-    def __init__(self, learning_rate: Any = 0.001, beta1: Any = 0.9, beta2: Any = 0.999, epsilon: Any = 1e-08,
-                 use_locking: bool = False, name: str = "Adam"):
+    def __init__(
+        self,
+        learning_rate: Any = 0.001,
+        beta1: Any = 0.9,
+        beta2: Any = 0.999,
+        epsilon: Any = 1e-08,
+        use_locking: bool = False,
+        name: str = "Adam",
+    ):
         super().__init__(use_locking, name)
         self._lr = learning_rate
         self._beta1 = beta1
@@ -503,14 +545,12 @@ def create_global_step() -> Any:
       ValueError: it exists already; called inside a replicated computation.
     """
     from xtpu.distribute_values import VariableAggregation
-    from xtpu.variables import Variable
-
     from xtpu.strategy import current_scope_strategy
+    from xtpu.variables import Variable
 
     if get_global_step() is not None:
         raise ValueError('"global_step" already exists.')
-    step = Variable(np.int64(0), trainable=False, name="global_step",
-                    aggregation=VariableAggregation.ONLY_FIRST_TOWER)
+    step = Variable(np.int64(0), trainable=False, name="global_step", aggregation=VariableAggregation.ONLY_FIRST_TOWER)
     strategy = current_scope_strategy()
     if strategy is None:
         _host_step[0] = step

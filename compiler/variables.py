@@ -24,6 +24,7 @@ import weakref
 from typing import Any
 
 import numpy as np
+
 from xtpu.dialects.host_variables import HostVariableUpdateOp
 from xtpu.distribute_context import current_colocation, current_run_state, current_scope_strategy, traced_reduce
 from xtpu.distribute_values import VariableAggregation, VariableSynchronization, as_aggregation, as_synchronization
@@ -85,13 +86,21 @@ class Variable:
         ``trainable=True`` (TF's messages).
     """
 
-    def __init__(self, initial_value: Any, trainable: Any = None, name: str | None = None, dtype: Any = None,
-                 aggregation: Any = VariableAggregation.NONE, synchronization: Any = None,
-                 constraint: Any = None):
+    def __init__(
+        self,
+        initial_value: Any,
+        trainable: Any = None,
+        name: str | None = None,
+        dtype: Any = None,
+        aggregation: Any = VariableAggregation.NONE,
+        synchronization: Any = None,
+        constraint: Any = None,
+    ):
         if constraint is not None and not callable(constraint):
             # TF's message (resource_variable_ops), its repeated words included.
-            raise ValueError(f"Argument `constraint` must be None or a callable. a callable. Got a {type(constraint)}:  "
-                             f"{constraint}")
+            raise ValueError(
+                f"Argument `constraint` must be None or a callable. a callable. Got a {type(constraint)}:  {constraint}"
+            )
         self.constraint = constraint
         if callable(initial_value):
             initial_value = initial_value()
@@ -108,7 +117,8 @@ class Variable:
         elif trainable and on_read:
             raise ValueError(
                 "Synchronization value can be set to VariableSynchronization.ON_READ only for non-trainable "
-                "variables. You have specified trainable=True and synchronization=VariableSynchronization.ON_READ.")
+                "variables. You have specified trainable=True and synchronization=VariableSynchronization.ON_READ."
+            )
         self.trainable = trainable
         self._replica_values: list | None = None
         # A mirrored variable of aggregation NONE updated in replica context
@@ -207,7 +217,8 @@ class Variable:
                 raise ValueError(
                     f"variable '{self.name}' (copies on TPU cores {list(self._copy_cores)}) used in a program of "
                     f"{strategy} whose replica {r} runs on TPU cores {cores}: Failed to find a variable on any "
-                    f"device in replica {r} for current device assignment")
+                    f"device in replica {r} for current device assignment"
+                )
             indices.append(found[0])
         known[strategy] = indices
         return indices
@@ -236,8 +247,11 @@ class Variable:
         if self._strategy is None:  # a host variable in an xtpu.function's program
             self._value = np.array(per_replica[0])
             return
-        if strategy is self._strategy and self._replica_values is None and (
-                self.aggregation is not VariableAggregation.NONE):
+        if (
+            strategy is self._strategy
+            and self._replica_values is None
+            and (self.aggregation is not VariableAggregation.NONE)
+        ):
             # Updates combined across the replicas: the copies are equal.
             self._device_value = np.array(per_replica[0])
             self._replica_copies = None
@@ -299,7 +313,8 @@ class Variable:
         the replica's copy directly inside a replicated computation."""
         sync = self.synchronization
         return sync is VariableSynchronization.ON_WRITE or (
-            sync is VariableSynchronization.AUTO and self.aggregation is not VariableAggregation.NONE)
+            sync is VariableSynchronization.AUTO and self.aggregation is not VariableAggregation.NONE
+        )
 
     def _assert_strategy(self, access: str) -> None:
         """TF's ``enter_or_assert_strategy`` outside a replicated
@@ -451,8 +466,9 @@ class Variable:
             if tuple(value.shape) != tuple(self._value.shape):
                 value = broadcast_to(value, tuple(self._value.shape))
             operands = [value]
-        (out,) = bind(HostVariableUpdateOp, operands, variable=self._key, kind=kind,
-                      shape=tuple(self._value.shape), dtype=dtype)
+        (out,) = bind(
+            HostVariableUpdateOp, operands, variable=self._key, kind=kind, shape=tuple(self._value.shape), dtype=dtype
+        )
         return out
 
     def value(self) -> Any:
@@ -542,10 +558,14 @@ class Variable:
     def assign(self, value: Any, use_locking: bool = False, name: str | None = None, read_value: bool = True) -> Any:
         return self._update("assign", value)
 
-    def assign_add(self, delta: Any, use_locking: bool = False, name: str | None = None, read_value: bool = True) -> Any:
+    def assign_add(
+        self, delta: Any, use_locking: bool = False, name: str | None = None, read_value: bool = True
+    ) -> Any:
         return self._update("add", delta)
 
-    def assign_sub(self, delta: Any, use_locking: bool = False, name: str | None = None, read_value: bool = True) -> Any:
+    def assign_sub(
+        self, delta: Any, use_locking: bool = False, name: str | None = None, read_value: bool = True
+    ) -> Any:
         return self._update("sub", delta)
 
 
@@ -562,9 +582,25 @@ def _as_value(x: Any) -> Any:
     return x
 
 
-for _name in ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
-              "__rtruediv__", "__matmul__", "__rmatmul__", "__neg__", "__pow__", "__getitem__",
-              "__lt__", "__le__", "__gt__", "__ge__"]:
+for _name in [
+    "__add__",
+    "__radd__",
+    "__sub__",
+    "__rsub__",
+    "__mul__",
+    "__rmul__",
+    "__truediv__",
+    "__rtruediv__",
+    "__matmul__",
+    "__rmatmul__",
+    "__neg__",
+    "__pow__",
+    "__getitem__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+]:
     setattr(Variable, _name, _delegate(_name))
 
 __all__ = ["Variable"]

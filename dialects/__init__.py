@@ -12,12 +12,25 @@ from xtpu.dialects.hlo_control import CONTROL_OPS
 from xtpu.dialects.hlo_host import HOST_OPS
 from xtpu.dialects.hlo_random import RANDOM_OPS
 from xtpu.dialects.hlo_rounding import ROUNDING_OPS
+from xtpu.dialects.host_variables import HOST_VARIABLE_OPS
 from xtpu.dialects.summary_histogram import SUMMARY_HISTOGRAM_OPS
 from xtpu.dialects.summary_write import SUMMARY_WRITE_OPS
-from xtpu.dialects.host_variables import HOST_VARIABLE_OPS
 from xtpu.dialects.tpu import TPU
 
-HLO = Dialect("hlo", MATH_OPS + ROUNDING_OPS + RANDOM_OPS + DYNAMIC_SHAPE_OPS + HOST_OPS + SUMMARY_HISTOGRAM_OPS + SUMMARY_WRITE_OPS + HOST_VARIABLE_OPS + CONTROL_OPS + AUTODIFF_OPS, HLO_ATTRS)
+HLO = Dialect(
+    "hlo",
+    MATH_OPS
+    + ROUNDING_OPS
+    + RANDOM_OPS
+    + DYNAMIC_SHAPE_OPS
+    + HOST_OPS
+    + SUMMARY_HISTOGRAM_OPS
+    + SUMMARY_WRITE_OPS
+    + HOST_VARIABLE_OPS
+    + CONTROL_OPS
+    + AUTODIFF_OPS,
+    HLO_ATTRS,
+)
 
 DIALECTS = (HLO, TPU, CCL)
 

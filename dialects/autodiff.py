@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import I64, IntegerAttr, StringAttr, TensorType
 from xdsl.irdl import (
@@ -127,7 +128,6 @@ class CustomGradientOp(PrimitiveOp):
     def vjp(cls, cotangents, inputs, outputs, rule=None, num_outputs=0, **_):
         """The user's ``grad_fn(*cotangents)`` gives the inputs' cotangents."""
         from xtpu import pytree
-
         from xtpu.tracing import convert, is_tensor_like, spec_of
 
         fn = lookup_rule(rule)
@@ -136,9 +136,7 @@ class CustomGradientOp(PrimitiveOp):
         leaves = list(grads) if isinstance(grads, (list, tuple)) else [grads]
         leaves, _ = pytree.flatten(leaves, is_leaf=lambda v: v is None)
         if len(leaves) != n_in:
-            raise ValueError(
-                f"custom_gradient rule '{rule}' returned {len(leaves)} gradients for {n_in} inputs"
-            )
+            raise ValueError(f"custom_gradient rule '{rule}' returned {len(leaves)} gradients for {n_in} inputs")
         # Python numbers take their input's dtype (TF converts them).
         leaves = [
             g if g is None or is_tensor_like(g) else convert(g, spec_of(x).dtype)

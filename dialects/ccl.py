@@ -229,7 +229,11 @@ class AllGatherOp(CollectiveOp):
             return [None]
         return [
             G.bind1(
-                ReduceScatterOp, [ct], replica_groups=replica_groups, scatter_dimension=all_gather_dim, computation="add"
+                ReduceScatterOp,
+                [ct],
+                replica_groups=replica_groups,
+                scatter_dimension=all_gather_dim,
+                computation="add",
             )
         ]
 
@@ -261,9 +265,7 @@ class ReduceScatterOp(CollectiveOp):
         if not 0 <= scatter_dimension < s.rank:
             raise ShapeError(f"scatter_dimension {scatter_dimension} out of range for {s}")
         if s.shape[scatter_dimension] % g:
-            raise ShapeError(
-                f"dimension {scatter_dimension} of {s} does not divide into {g} blocks"
-            )
+            raise ShapeError(f"dimension {scatter_dimension} of {s} does not divide into {g} blocks")
         shape = list(s.shape)
         shape[scatter_dimension] //= g
         return [TensorSpec(tuple(shape), s.dtype)]
@@ -350,9 +352,7 @@ class CollectivePermuteOp(PrimitiveOp):
     channel_id = opt_prop_def(IntegerAttr[I64])
     result = result_def(T)
     traits = traits_def(Pure())
-    assembly_format = (
-        "$operand `pairs` `=` $source_target_pairs (`channel` $channel_id^)? attr-dict `:` type($result)"
-    )
+    assembly_format = "$operand `pairs` `=` $source_target_pairs (`channel` $channel_id^)? attr-dict `:` type($result)"
     PARAMS: ClassVar = {"source_target_pairs": PairsParam(), "channel_id": IntParam()}
 
     def verify_(self) -> None:

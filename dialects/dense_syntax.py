@@ -155,7 +155,9 @@ def parse_dense_body(parser: AttrParser, type: Attribute | None = None) -> Dense
             if text.startswith("-"):
                 parser.raise_error("hexadecimal float literal should not have a leading minus", e.span)
             if e.value >= top:
-                parser.raise_error(f"hexadecimal float constant out of range for type {type.get_element_type()}", e.span)  # type: ignore[attr-defined]
+                parser.raise_error(
+                    f"hexadecimal float constant out of range for type {type.get_element_type()}", e.span
+                )  # type: ignore[attr-defined]
             bits[i] = e.value
         else:
             with np.errstate(over="ignore"):

@@ -150,7 +150,9 @@ class RealDynamicSliceOp(PrimitiveOp):
     @classmethod
     def infer(cls, specs, **_):
         if len(specs) != 4:
-            raise ShapeError(f"{cls.name} takes an operand, start_indices, limit_indices and strides, got {len(specs)} operands")
+            raise ShapeError(
+                f"{cls.name} takes an operand, start_indices, limit_indices and strides, got {len(specs)} operands"
+            )
         x, *idx = specs
         for what, s in zip(("start_indices", "limit_indices", "strides"), idx):
             if s.shape != (x.rank,) or s.dtype not in ("int32", "int64"):

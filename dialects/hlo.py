@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 from xdsl.dialects.builtin import (
-    DenseArrayBase,
     I64,
+    DenseArrayBase,
     DenseIntOrFPElementsAttr,
     IntegerAttr,
     TensorType,
@@ -242,8 +242,7 @@ class MultiplyOp(ElementwiseBinary):
         (ct,), (x, y) = cotangents, inputs
         if not G.is_float(x):
             return [None, None]
-        return [None if 0 in skip_input_indices else G.mul(ct, y),
-                None if 1 in skip_input_indices else G.mul(x, ct)]
+        return [None if 0 in skip_input_indices else G.mul(ct, y), None if 1 in skip_input_indices else G.mul(x, ct)]
 
 
 def _int_divide(a, b):
@@ -270,8 +269,10 @@ class DivideOp(ElementwiseBinary):
         (ct,), (x, y) = cotangents, inputs
         if not G.is_float(x):
             return [None, None]
-        return [None if 0 in skip_input_indices else G.div(ct, y),
-                None if 1 in skip_input_indices else G.mul(ct, G.div(G.div(G.neg(x), y), y))]
+        return [
+            None if 0 in skip_input_indices else G.div(ct, y),
+            None if 1 in skip_input_indices else G.mul(ct, G.div(G.div(G.neg(x), y), y)),
+        ]
 
 
 def _divide(a, b):
@@ -641,7 +642,7 @@ class ConstantOp(PrimitiveOp):
     NOT_DIFFERENTIABLE: ClassVar = True
 
     @classmethod
-    def parse(cls, parser: Parser) -> "ConstantOp":
+    def parse(cls, parser: Parser) -> ConstantOp:
         attrs = parser.parse_optional_attr_dict()
         if parser.parse_optional_keyword("dense") is None:
             parser.raise_error("hlo.constant expects a dense elements attribute")
@@ -701,9 +702,7 @@ class IotaOp(PrimitiveOp):
         shape = tuple(shape)
         view = [1] * len(shape)
         view[iota_dimension] = shape[iota_dimension]
-        arr = np.broadcast_to(
-            np.arange(shape[iota_dimension], dtype=numpy_dtype(dtype)).reshape(view), shape
-        )
+        arr = np.broadcast_to(np.arange(shape[iota_dimension], dtype=numpy_dtype(dtype)).reshape(view), shape)
         return lambda: arr
 
 
@@ -1079,8 +1078,7 @@ class ReduceOp(PrimitiveOp):
             return G.broadcast(v, kept, xshape)
 
         if computation == "add":
-            return [None if 0 in skip_input_indices else back(ct),
-                    None if 1 in skip_input_indices else G.sum_all(ct)]
+            return [None if 0 in skip_input_indices else back(ct), None if 1 in skip_input_indices else G.sum_all(ct)]
         init_y = G.broadcast(init, (), yshape)
         if computation in ("max", "min"):
             ind = G.convert(G.compare(x, back(y), "EQ"), dt)
@@ -1155,9 +1153,7 @@ class SliceOp(PrimitiveOp):
         shape = []
         for d, (a, b, st) in enumerate(zip(start_indices, limit_indices, strides)):
             if st <= 0 or not 0 <= a <= b <= s.shape[d]:
-                raise ShapeError(
-                    f"slice [{a}:{b}:{st}] is out of bounds for dimension {d} of size {s.shape[d]}"
-                )
+                raise ShapeError(f"slice [{a}:{b}:{st}] is out of bounds for dimension {d} of size {s.shape[d]}")
             shape.append(-(-(b - a) // st))
         return [TensorSpec(tuple(shape), s.dtype)]
 
@@ -1227,7 +1223,9 @@ class PadOp(PrimitiveOp):
             raise ShapeError("hlo.pad does not support strings")
         if value.shape != () or value.dtype != x.dtype:
             raise ShapeError(f"padding_value must be a scalar of the operand's dtype {x.dtype}, got {value}")
-        low, high, interior = (tuple(int(v) for v in t) for t in (edge_padding_low, edge_padding_high, interior_padding))
+        low, high, interior = (
+            tuple(int(v) for v in t) for t in (edge_padding_low, edge_padding_high, interior_padding)
+        )
         if not len(low) == len(high) == len(interior) == x.rank:
             raise ShapeError(
                 f"edge_padding_low {list(low)}, edge_padding_high {list(high)} and interior_padding "
@@ -1254,12 +1252,15 @@ class PadOp(PrimitiveOp):
             x = np.asarray(x)
             # Pad by the non-negative parts, then cut the negative ones off.
             full = [
-                max(lo, 0) + n + max(n - 1, 0) * i + max(hi, 0)
-                for n, lo, hi, i in zip(x.shape, low, high, interior)
+                max(lo, 0) + n + max(n - 1, 0) * i + max(hi, 0) for n, lo, hi, i in zip(x.shape, low, high, interior)
             ]
             out = np.full(full, value, dtype=x.dtype)
-            out[tuple(slice(max(lo, 0), max(lo, 0) + n + max(n - 1, 0) * i, i + 1)
-                      for n, lo, i in zip(x.shape, low, interior))] = x
+            out[
+                tuple(
+                    slice(max(lo, 0), max(lo, 0) + n + max(n - 1, 0) * i, i + 1)
+                    for n, lo, i in zip(x.shape, low, interior)
+                )
+            ] = x
             return out[tuple(slice(max(-lo, 0), f - max(-hi, 0)) for f, lo, hi in zip(full, low, high))]
 
         return run
@@ -1295,8 +1296,7 @@ def _check_start_indices(s: TensorSpec, starts: Sequence[TensorSpec]) -> None:
 def _clamped_window(starts, sizes, shape) -> tuple[slice, ...]:
     """StableHLO clamps each start to ``[0, dim - size]``."""
     return tuple(
-        slice(b, b + n)
-        for b, n in ((min(max(int(st), 0), dim - n), n) for st, n, dim in zip(starts, sizes, shape))
+        slice(b, b + n) for b, n in ((min(max(int(st), 0), dim - n), n) for st, n, dim in zip(starts, sizes, shape))
     )
 
 
@@ -1437,8 +1437,10 @@ class ConcatenateOp(PrimitiveOp):
         _check_dims([dimension], first.rank, "dimension")
         total = 0
         for s in specs:
-            if s.dtype != first.dtype or s.rank != first.rank or any(
-                a != b for i, (a, b) in enumerate(zip(s.shape, first.shape)) if i != dimension
+            if (
+                s.dtype != first.dtype
+                or s.rank != first.rank
+                or any(a != b for i, (a, b) in enumerate(zip(s.shape, first.shape)) if i != dimension)
             ):
                 raise ShapeError(f"cannot concatenate {first} and {s} along dimension {dimension}")
             total += s.shape[dimension]

@@ -24,6 +24,8 @@ Syntax::
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from xdsl.dialects.builtin import TensorType, i1
 from xdsl.irdl import (
     irdl_op_definition,
@@ -99,7 +101,7 @@ class IfOp(PrimitiveOp):
                 )
 
     @staticmethod
-    def region_kernel(op: "IfOp", runners):
+    def region_kernel(op: IfOp, runners):
         """Run the true or the false branch's plan; ``runners`` are the
         regions' ``(run, kernels)``; the kernel takes ``pred, *captures``."""
         (run_t, k_t), (run_f, k_f) = runners
@@ -112,7 +114,7 @@ class IfOp(PrimitiveOp):
         return if_kernel
 
     @staticmethod
-    def together_kernel(op: "IfOp", runners):
+    def together_kernel(op: IfOp, runners):
         """The sequential mode's kernel (runtime/sequential.py): the
         branches' plans run for all replicas at once (their collectives meet
         there); per operand the sequence of the replicas' values in, per
@@ -176,7 +178,7 @@ class WhileOp(PrimitiveOp):
             )
 
     @staticmethod
-    def region_kernel(op: "WhileOp", runners):
+    def region_kernel(op: WhileOp, runners):
         """Loop the body's plan while the cond's plan returns true; the kernel
         takes ``*loop_values, *captures``."""
         (run_c, k_c), (run_b, k_b) = runners
@@ -191,7 +193,7 @@ class WhileOp(PrimitiveOp):
         return while_kernel
 
     @staticmethod
-    def together_kernel(op: "WhileOp", runners):
+    def together_kernel(op: WhileOp, runners):
         """The sequential mode's kernel (see ``IfOp.together_kernel``): the
         cond's and the body's plans run for all replicas at once while every
         cond holds; replicas whose conds differ raise ``ReplicasDiverged``."""
@@ -225,7 +227,7 @@ class WhileOp(PrimitiveOp):
         printer.print_region(self.body, print_entry_block_args=True)
 
     @classmethod
-    def parse(cls, parser: Parser) -> "WhileOp":
+    def parse(cls, parser: Parser) -> WhileOp:
         def assignment():
             arg = parser.parse_argument(expect_type=False)
             parser.parse_punctuation("=")

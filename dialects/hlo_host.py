@@ -92,7 +92,9 @@ class StringFormatOp(PrimitiveOp):
     template = prop_def(StringAttr)
     summarize = prop_def(IntegerAttr[I64])
     result = result_def(TensorType)
-    assembly_format = "$template `(` $inputs `)` `summarize` `=` $summarize attr-dict `:` functional-type(operands, results)"
+    assembly_format = (
+        "$template `(` $inputs `)` `summarize` `=` $summarize attr-dict `:` functional-type(operands, results)"
+    )
     PARAMS: ClassVar = {"template": StrParam(), "summarize": IntParam()}
     HOST_ONLY: ClassVar = True
     NOT_DIFFERENTIABLE: ClassVar = True  # a string result (TF: StringFormat)
@@ -222,14 +224,14 @@ class SummaryScalarOp(PrimitiveOp):
     def check_data(spec: TensorSpec) -> None:
         """ShapeError unless ``spec`` is a numeric scalar (TF asserts a scalar)."""
         if spec.shape != () or spec.dtype not in NUMERIC:
-            raise ShapeError(
-                f"hlo.summary_scalar data must be a scalar of dtype {', '.join(NUMERIC)}, got {spec}"
-            )
+            raise ShapeError(f"hlo.summary_scalar data must be a scalar of dtype {', '.join(NUMERIC)}, got {spec}")
 
     @classmethod
     def infer(cls, specs, tag="", logdir="", **_):
         if len(specs) not in (2, 3):
-            raise ShapeError(f"hlo.summary_scalar takes data, step and an optional replica id, got {len(specs)} operands")
+            raise ShapeError(
+                f"hlo.summary_scalar takes data, step and an optional replica id, got {len(specs)} operands"
+            )
         cls.check_data(specs[0])
         step = specs[1]
         if step.shape != () or step.dtype not in STEP_DTYPES:

@@ -102,7 +102,9 @@ class RngBitGeneratorOp(PrimitiveOp):
         if len(specs) != 1:
             raise ShapeError(f"hlo.rng_bit_generator takes one operand, the state, got {len(specs)}")
         if specs[0] != TensorSpec((3,), "int64"):
-            raise ShapeError(f"hlo.rng_bit_generator state must be int64[3] (key, counter low, counter high), got {specs[0]}")
+            raise ShapeError(
+                f"hlo.rng_bit_generator state must be int64[3] (key, counter low, counter high), got {specs[0]}"
+            )
         if rng_algorithm != "PHILOX":
             raise ShapeError(f"hlo.rng_bit_generator implements rng_algorithm PHILOX, got {rng_algorithm!r}")
         if shape is None or any(int(d) < 0 for d in shape):

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from xdsl.dialects.builtin import StringAttr, TensorType
 from xdsl.irdl import irdl_op_definition, opt_operand_def, prop_def, result_def
+
 from xtpu.dialects.primitive import PrimitiveOp, ShapeError, StrParam
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.runtime.host_variables import HOST_VARIABLES, KINDS

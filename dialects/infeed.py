@@ -53,7 +53,9 @@ class InfeedDequeueTupleOp(PrimitiveOp):
         if not queue:
             raise ShapeError(f"{cls.name} needs the name of its queue")
         if len(shapes) != len(dtypes) or not shapes:
-            raise ShapeError(f"{cls.name} needs one shape per dtype and at least one, got {len(shapes)} and {len(dtypes)}")
+            raise ShapeError(
+                f"{cls.name} needs one shape per dtype and at least one, got {len(shapes)} and {len(dtypes)}"
+            )
         return [TensorSpec(tuple(s), d) for s, d in zip(shapes, dtypes)]
 
     @classmethod

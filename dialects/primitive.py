@@ -29,7 +29,6 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     IntegerAttr,
     StringAttr,
-    TensorType,
     i64,
 )
 from xdsl.ir import Attribute, ErasedSSAValue, SSAValue
@@ -37,8 +36,8 @@ from xdsl.irdl import IRDLOperation
 from xdsl.traits import OpTrait
 from xdsl.utils.exceptions import VerifyException
 
-from xtpu.dialects.tensor_spec import TensorSpec, element_type, numpy_dtype
 from xtpu.dialects import dense_syntax
+from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 
 # Float dense<...> attributes print and parse bit for bit (inf, nan, -0.0):
 # xDSL 0.74 reads MLIR's hex bit patterns back as integers (see dense_syntax).
@@ -323,17 +322,11 @@ class PrimitiveOp(IRDLOperation):
 
     @classmethod
     def encode_params(cls, params: dict[str, Any]) -> dict[str, Attribute]:
-        return {
-            key: codec.encode(params[key])
-            for key, codec in cls.PARAMS.items()
-            if params.get(key) is not None
-        }
+        return {key: codec.encode(params[key]) for key, codec in cls.PARAMS.items() if params.get(key) is not None}
 
     # ---- construction ---------------------------------------------------
     @classmethod
-    def make(
-        cls, operands: Sequence[SSAValue], **params: Any
-    ) -> "PrimitiveOp":
+    def make(cls, operands: Sequence[SSAValue], **params: Any) -> PrimitiveOp:
         """Create the op for SSA operands, inferring its result types."""
         specs = [TensorSpec.of_type(v.type) for v in operands]
         results = cls.infer(specs, **params)
@@ -345,7 +338,7 @@ class PrimitiveOp(IRDLOperation):
         operands: Sequence[SSAValue],
         result_types: Sequence[Attribute],
         params: dict[str, Any],
-    ) -> "PrimitiveOp":
+    ) -> PrimitiveOp:
         return cls.create(
             operands=list(operands),
             result_types=list(result_types),
@@ -369,10 +362,7 @@ class PrimitiveOp(IRDLOperation):
             return []
         if len(out_specs) == 1:
             res = (res,)
-        return [
-            np.asarray(r, dtype=numpy_dtype(s.dtype)).reshape(s.shape)
-            for r, s in zip(res, out_specs)
-        ]
+        return [np.asarray(r, dtype=numpy_dtype(s.dtype)).reshape(s.shape) for r, s in zip(res, out_specs)]
 
     # ---- verification ---------------------------------------------------
     def verify(self, verify_nested_ops: bool = True) -> None:
@@ -397,11 +387,23 @@ class PrimitiveOp(IRDLOperation):
         otypes = tuple(o.type for o in operands)
         rtypes = tuple(r.type for r in self.results)
         # By identity first (no attribute is hashed), then by value.
-        ids = (cls, *map(id, otypes), None, *map(id, rtypes), None, *props, *map(id, props.values()), None,
-               *attrs, *map(id, attrs.values()))
+        ids = (
+            cls,
+            *map(id, otypes),
+            None,
+            *map(id, rtypes),
+            None,
+            *props,
+            *map(id, props.values()),
+            None,
+            *attrs,
+            *map(id, attrs.values()),
+        )
         known = ids in _VERIFIED_IDS
         if not known:
-            if any(isinstance(a, DenseIntOrFPElementsAttr) and len(a.data.data) > _MEMO_DATA_MAX for a in props.values()):
+            if any(
+                isinstance(a, DenseIntOrFPElementsAttr) and len(a.data.data) > _MEMO_DATA_MAX for a in props.values()
+            ):
                 return super().verify(verify_nested_ops)  # not kept alive for a memo
             key = (cls, otypes, rtypes, tuple(props.items()), tuple(attrs.items()))
             known = key in _VERIFIED
@@ -429,10 +431,7 @@ class PrimitiveOp(IRDLOperation):
         if expected != got:
             exp = ", ".join(str(s.to_type()) for s in expected)
             gt = ", ".join(str(s.to_type()) for s in got)
-            raise VerifyException(
-                f"'{self.name}' op inferred result type(s) ({exp}) "
-                f"do not match the declared ({gt})"
-            )
+            raise VerifyException(f"'{self.name}' op inferred result type(s) ({exp}) do not match the declared ({gt})")
 
 
 _VERIFIED: set[tuple] = set()
@@ -449,6 +448,8 @@ def _remember(ids: tuple, key: tuple) -> None:
         _VERIFIED.clear()
         _VERIFIED.add(key)
     _VERIFIED_IDS[ids] = key
+
+
 _MEMO_DATA_MAX = 1024
 """Ops holding larger ``dense<...>`` data are verified each time, so the
 memo keeps no large constant alive."""

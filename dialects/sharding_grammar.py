@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # lark is imported when a sharding is first read (~40 ms off every start)

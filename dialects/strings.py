@@ -110,9 +110,7 @@ def to_number(x, dtype: np.dtype) -> np.ndarray:
                 value = float(text)
             flat_out[i] = value
         except ValueError:
-            raise ValueError(
-                f"StringToNumberOp could not correctly convert string: {text}"
-            ) from None
+            raise ValueError(f"StringToNumberOp could not correctly convert string: {text}") from None
     return out
 
 
@@ -120,9 +118,7 @@ def check_stream(stream: str) -> None:
     """ValueError unless ``stream`` is ``stdout``, ``stderr`` or ``file://PATH``."""
     if stream in ("stdout", "stderr") or stream.startswith("file://"):
         return
-    raise ValueError(
-        f"output_stream must be sys.stdout, sys.stderr or a 'file://PATH' string, got {stream!r}"
-    )
+    raise ValueError(f"output_stream must be sys.stdout, sys.stderr or a 'file://PATH' string, got {stream!r}")
 
 
 def write(stream: str, text: str) -> None:
@@ -133,7 +129,7 @@ def write(stream: str, text: str) -> None:
             out.write(text)
             out.flush()
         return
-    with open(stream[len("file://"):], "a", encoding="utf-8") as f:
+    with open(stream[len("file://") :], "a", encoding="utf-8") as f:
         with _lock_of(stream):
             f.write(text)
             f.flush()

@@ -249,11 +249,24 @@ def write_histogram(logdir: str, tag: str, values, step: int, buckets: int, desc
         _open(key, None, None, None).write(event)
 
 
-_TF_DTYPES = {"float32": "DT_FLOAT", "float64": "DT_DOUBLE", "int32": "DT_INT32", "int64": "DT_INT64", "bool": "DT_BOOL"}
+_TF_DTYPES = {
+    "float32": "DT_FLOAT",
+    "float64": "DT_DOUBLE",
+    "int32": "DT_INT32",
+    "int64": "DT_INT64",
+    "bool": "DT_BOOL",
+}
 
 
-def write_tensor(logdir: str, tag: str, value, step: int, plugin: str = "", metadata: bytes | None = None,
-                 description: str | None = None) -> None:
+def write_tensor(
+    logdir: str,
+    tag: str,
+    value,
+    step: int,
+    plugin: str = "",
+    metadata: bytes | None = None,
+    description: str | None = None,
+) -> None:
     """Append a tensor summary (TF 2's ``WriteSummary``) of ``value`` under
     ``tag`` to the writer of ``logdir``: numeric arrays as ``tensor_content``
     (little-endian), strings / bytes as ``string_val``; the metadata is the

@@ -60,7 +60,9 @@ class SummaryHistogramOp(PrimitiveOp):
     @classmethod
     def infer(cls, specs, tag="", logdir="", buckets=DEFAULT_BUCKETS, **_):
         if len(specs) not in (2, 3):
-            raise ShapeError(f"hlo.summary_histogram takes data, step and an optional replica id, got {len(specs)} operands")
+            raise ShapeError(
+                f"hlo.summary_histogram takes data, step and an optional replica id, got {len(specs)} operands"
+            )
         if specs[0].dtype not in NUMERIC:
             raise ShapeError(f"hlo.summary_histogram data must have dtype {', '.join(NUMERIC)}, got {specs[0]}")
         step = specs[1]

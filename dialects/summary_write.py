@@ -44,8 +44,12 @@ def encode_png(image: np.ndarray) -> bytes:
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
 
 
 def image_bytes(data: np.ndarray) -> np.ndarray:
@@ -82,8 +86,14 @@ class SummaryWriteOp(PrimitiveOp):
         " (`max_outputs` $max_outputs^)? (`metadata` $metadata^)? (`description` $description^)?"
         " attr-dict `:` type($data) `,` type($step) (`,` type($replica_id)^)?"
     )
-    PARAMS: ClassVar = {"tag": StrParam(), "logdir": StrParam(), "plugin": StrParam(), "max_outputs": IntParam(),
-                        "metadata": StrParam(), "description": StrParam()}
+    PARAMS: ClassVar = {
+        "tag": StrParam(),
+        "logdir": StrParam(),
+        "plugin": StrParam(),
+        "max_outputs": IntParam(),
+        "metadata": StrParam(),
+        "description": StrParam(),
+    }
     HOST_ONLY: ClassVar = True
     SIDE_EFFECTS: ClassVar = True
     NOT_DIFFERENTIABLE: ClassVar = True  # no results (TF: WriteSummary)
@@ -91,7 +101,9 @@ class SummaryWriteOp(PrimitiveOp):
     @classmethod
     def infer(cls, specs, tag="", logdir="", plugin="", max_outputs=None, **_):
         if len(specs) not in (2, 3):
-            raise ShapeError(f"hlo.summary_write takes data, step and an optional replica id, got {len(specs)} operands")
+            raise ShapeError(
+                f"hlo.summary_write takes data, step and an optional replica id, got {len(specs)} operands"
+            )
         data, step = specs[0], specs[1]
         if step.shape != () or step.dtype not in STEP_DTYPES:
             raise ShapeError(f"hlo.summary_write step must be an int64 or int32 scalar, got {step}")
@@ -114,8 +126,15 @@ class SummaryWriteOp(PrimitiveOp):
     def kernel(cls, tag, logdir, plugin="", max_outputs=None, metadata=None, description=None, **_):
         def run(data, step, replica_id=None):
             if replica_id is None or int(replica_id) == 0:
-                _summaries.write_tensor(logdir, tag, tensor_for(plugin, np.asarray(data), max_outputs), int(step),
-                                        plugin, bytes.fromhex(metadata) if metadata else None, description)
+                _summaries.write_tensor(
+                    logdir,
+                    tag,
+                    tensor_for(plugin, np.asarray(data), max_outputs),
+                    int(step),
+                    plugin,
+                    bytes.fromhex(metadata) if metadata else None,
+                    description,
+                )
 
         return run
 

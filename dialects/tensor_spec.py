@@ -60,9 +60,7 @@ def element_type(dtype: str) -> Attribute:
     try:
         return _TO_ELEMENT[dtype]
     except KeyError:
-        raise ValueError(
-            f"unsupported dtype {dtype!r}; xtpu supports {', '.join(DTYPES)}"
-        ) from None
+        raise ValueError(f"unsupported dtype {dtype!r}; xtpu supports {', '.join(DTYPES)}") from None
 
 
 def dtype_of_element(elem: Attribute) -> str:
@@ -105,9 +103,7 @@ def dtype_of_numpy(dt: np.dtype) -> str:
     name = dt.name
     if name in NUMERIC_DTYPES:
         return name
-    raise TypeError(
-        f"unsupported numpy dtype {name}; xtpu supports {', '.join(DTYPES)}"
-    )
+    raise TypeError(f"unsupported numpy dtype {name}; xtpu supports {', '.join(DTYPES)}")
 
 
 _TYPES: dict = {}
@@ -148,7 +144,7 @@ class TensorSpec:
         return t
 
     @staticmethod
-    def of_type(t: Attribute) -> "TensorSpec":
+    def of_type(t: Attribute) -> TensorSpec:
         """The spec of a ranked ``tensor<...>`` type; ValueError otherwise."""
         spec = _SPECS.get(t) if isinstance(t, TensorType) else None
         if spec is not None:

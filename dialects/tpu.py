@@ -47,6 +47,8 @@ from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
+from xtpu.dialects import vjp_util as G
+from xtpu.dialects.infeed import INFEED_OPS
 from xtpu.dialects.primitive import (
     GroupsParam,
     IntParam,
@@ -54,11 +56,8 @@ from xtpu.dialects.primitive import (
     ShapeError,
     StrParam,
 )
-from xtpu.dialects import vjp_util as G
-from xtpu.dialects.infeed import INFEED_OPS
 from xtpu.dialects.sharding import SHARDING_ATTRS, ShardingAttr
 from xtpu.dialects.tensor_spec import TensorSpec
-
 
 MAX_PARTICIPANTS = 1 << 16
 """Most replicas, and replicas x logical cores, a ``tpu.replicate`` may
@@ -131,7 +130,7 @@ def _parents(op):
         p = p.parent_op()
 
 
-def enclosing_replicate(op) -> "ReplicateOp | None":
+def enclosing_replicate(op) -> ReplicateOp | None:
     """The innermost ``tpu.replicate`` holding ``op``, if any and if its
     ``n`` and ``num_cores_per_replica`` are well formed (ops verify before
     their parents: a malformed replicate reports itself)."""
@@ -244,7 +243,7 @@ class ReplicateOp(PrimitiveOp):
         n = self.num_replicas
         if self.placement is not None and self.placement.data != "host":
             raise VerifyException(
-                f"'tpu.replicate' op placement must be \"host\" when given, got \"{self.placement.data}\""
+                f'\'tpu.replicate\' op placement must be "host" when given, got "{self.placement.data}"'
             )
         if self.num_cores < 1:
             raise VerifyException(f"'tpu.replicate' op num_cores_per_replica must be >= 1, got {self.num_cores}")
@@ -258,7 +257,9 @@ class ReplicateOp(PrimitiveOp):
                 f"{MAX_PARTICIPANTS} workers the runtime supports"
             )
         if enclosing_replicate(self) is not None:
-            raise VerifyException("'tpu.replicate' op is nested in another tpu.replicate; TPU computations cannot be nested")
+            raise VerifyException(
+                "'tpu.replicate' op is nested in another tpu.replicate; TPU computations cannot be nested"
+            )
         self._verify_types_and_closure()
         k = len(self.body.block.args)
         if len(self.replicated_inputs) != k * n:
@@ -332,8 +333,11 @@ class ReplicateOp(PrimitiveOp):
                 if t != (arg.type if in_sh is None else t0):
                     raise VerifyException(
                         f"'tpu.replicate' op input {i} of replica {r} has type {t}, "
-                        + (f"but the body argument has type {arg.type}" if in_sh is None
-                           else f"but input {i} of replica 0 has type {t0}")
+                        + (
+                            f"but the body argument has type {arg.type}"
+                            if in_sh is None
+                            else f"but input {i} of replica 0 has type {t0}"
+                        )
                     )
             if in_sh is not None:
                 check_sharded(f"input {i}", t0, arg.type, in_sh[i], f"the body argument has type {arg.type}")
@@ -342,8 +346,7 @@ class ReplicateOp(PrimitiveOp):
         m = len(term.values)
         if len(self.outputs) != m * n:
             raise VerifyException(
-                f"'tpu.replicate' op has {len(self.outputs)} results, expected "
-                f"{m} outputs x {n} replicas = {m * n}"
+                f"'tpu.replicate' op has {len(self.outputs)} results, expected {m} outputs x {n} replicas = {m * n}"
             )
         out_sh = shardings("tpu.output_shardings", m, "yielded values")
         for j, v in enumerate(term.values):
@@ -353,8 +356,11 @@ class ReplicateOp(PrimitiveOp):
                 if t != (v.type if out_sh is None else t0):
                     raise VerifyException(
                         f"'tpu.replicate' op result {j * n + r} has type {t}, "
-                        + (f"but the body yields {v.type}" if out_sh is None
-                           else f"but result {j * n} (replica 0's) has type {t0}")
+                        + (
+                            f"but the body yields {v.type}"
+                            if out_sh is None
+                            else f"but result {j * n} (replica 0's) has type {t0}"
+                        )
                     )
             if out_sh is not None:
                 check_sharded(f"result {j * n}", t0, v.type, out_sh[j], f"the body yields {v.type}")
@@ -392,7 +398,9 @@ class ReplicateOp(PrimitiveOp):
             key = id(block)
             if key not in inside:
                 p = block.parent_op() if block is not None else None
-                inside[key] = p is self or (p is not None and p.parent_block() is not None and is_inside(p.parent_block()))
+                inside[key] = p is self or (
+                    p is not None and p.parent_block() is not None and is_inside(p.parent_block())
+                )
             return inside[key]
 
         for op in self.body.walk():
@@ -406,7 +414,7 @@ class ReplicateOp(PrimitiveOp):
                     )
 
     @classmethod
-    def parse(cls, parser: Parser) -> "ReplicateOp":
+    def parse(cls, parser: Parser) -> ReplicateOp:
         groups: list[tuple[list[UnresolvedOperand], object, object]] = []
 
         def parse_group():
@@ -450,7 +458,7 @@ class ReplicateOp(PrimitiveOp):
             if not isinstance(placement, StringAttr):
                 parser.raise_error(f'tpu.replicate\'s placement must be a string ("host"), got {placement}', start, end)
             props["placement"] = placement
-        for ops, arg, global_type in groups:
+        for ops, _arg, _global_type in groups:
             if len(ops) != n:
                 parser.raise_error(f"tpu.replicate input has {len(ops)} values for n = {n} replicas")
         global_out = None

@@ -179,9 +179,7 @@ def pad(x: Any, value: Any, low: Sequence[int], high: Sequence[int], interior: S
     low, high, interior = (tuple(int(v) for v in t) for t in (low, high, interior))
     if not any(low + high + interior):
         return x
-    return bind1(
-        _hlo().PadOp, [x, value], edge_padding_low=low, edge_padding_high=high, interior_padding=interior
-    )
+    return bind1(_hlo().PadOp, [x, value], edge_padding_low=low, edge_padding_high=high, interior_padding=interior)
 
 
 def inverse_permutation(perm: Sequence[int]) -> tuple[int, ...]:

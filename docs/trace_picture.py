@@ -41,6 +41,7 @@ def main(argv: list[str]) -> int:
     run = main_runs[-1]
     t0, t1 = run["ts"], run["ts"] + run["dur"]
     inside = [e for e in spans if e["ts"] >= t0 and e["ts"] + e["dur"] <= t1 + 1]
+
     def label(t):  # the device replica a thread ran, else the thread's name
         plans = sorted(e["name"] for e in inside if e["tid"] == t and e["name"].startswith("device replica"))
         return plans[0] if plans else names.get(t, str(t))
@@ -65,7 +66,12 @@ def main(argv: list[str]) -> int:
     ax.invert_yaxis()
     ax.set_xlabel("ms since the step started")
     ax.set_title("one replicated step of examples/train_digits.py (xtpu.profiler trace)")
-    ax.legend(handles=[Patch(color=c, label=label) for label, c, _ in KINDS], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.legend(
+        handles=[Patch(color=c, label=label) for label, c, _ in KINDS],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+    )
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     return 0

@@ -137,8 +137,9 @@ def train(train_step, iterator, optimizer, model, steps: range, writer, log_ever
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--replicas", type=int, default=8, help="TPU cores, one replica each")
     p.add_argument("--steps", type=int, default=300, help="training steps")
     p.add_argument("--save-at", type=int, default=150, help="the step whose checkpoint is restored")
@@ -147,10 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=0.1, help="learning rate (SGD with momentum 0.9)")
     p.add_argument("--seed", type=int, default=0, help="seed of the split, the weights and the shuffle")
     p.add_argument("--log-every", type=int, default=50, help="steps between printed losses and weight histograms")
-    p.add_argument("--logdir", default=None,
-                   help="TensorBoard directory; when not given, a new temporary one, kept and printed at the end")
-    p.add_argument("--checkpoint-dir", default=None,
-                   help="checkpoint directory; when not given, a new temporary one, removed at the end")
+    p.add_argument(
+        "--logdir",
+        default=None,
+        help="TensorBoard directory; when not given, a new temporary one, kept and printed at the end",
+    )
+    p.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="checkpoint directory; when not given, a new temporary one, removed at the end",
+    )
     p.add_argument("--min-accuracy", type=float, default=0.9, help="exit with 1 below this held-out accuracy")
     args = p.parse_args(argv)
     if not 0 < args.save_at < args.steps:
@@ -187,16 +194,21 @@ def main(argv: list[str] | None = None) -> int:
 
         accuracy = float(np.mean(np.argmax(np.asarray(model(x_test)), axis=1) == y_test))
         writer.close()  # the event file complete before the user opens it
-        print(f"{strategy.num_replicas_in_sync} replicas, {args.steps} steps "
-              f"({train_step.experimental_get_tracing_count()} trace): final loss {losses[-1]:.4f}, held-out "
-              f"accuracy {accuracy:.3f}; restored at step {args.save_at}, the remaining "
-              f"{args.steps - args.save_at} steps {'match' if same else 'DIFFER'} bit for bit")
+        print(
+            f"{strategy.num_replicas_in_sync} replicas, {args.steps} steps "
+            f"({train_step.experimental_get_tracing_count()} trace): final loss {losses[-1]:.4f}, held-out "
+            f"accuracy {accuracy:.3f}; restored at step {args.save_at}, the remaining "
+            f"{args.steps - args.save_at} steps {'match' if same else 'DIFFER'} bit for bit"
+        )
         if made_ckpt_dir:
-            print(f"checkpoints were in the temporary directory {ckpt_dir}, now removed "
-                  "(--checkpoint-dir DIR keeps them)")
+            print(
+                f"checkpoints were in the temporary directory {ckpt_dir}, now removed (--checkpoint-dir DIR keeps them)"
+            )
         if made_logdir:
-            print(f"TensorBoard logs kept in the temporary directory {logdir}: open them with "
-                  f"`tensorboard --logdir {logdir}`, then delete the directory (--logdir DIR writes them there)")
+            print(
+                f"TensorBoard logs kept in the temporary directory {logdir}: open them with "
+                f"`tensorboard --logdir {logdir}`, then delete the directory (--logdir DIR writes them there)"
+            )
         else:
             print(f"TensorBoard logs in {logdir}: open them with `tensorboard --logdir {logdir}`")
         finished = True

@@ -117,8 +117,11 @@ def make_step(api: str, optimizer, weights, global_batch: int, per_replica: int,
         # One cluster prints every replica's line, in replica order: the same
         # output with threads and with MPI ranks (replica 0 is on rank 0).
         for r in range(local_losses.shape[0]):
-            xtpu.print(xtpu.strings.format(
-                "[replica {}] step {}: local loss {}, global loss {}", [r, step, local_losses[r], global_loss]))
+            xtpu.print(
+                xtpu.strings.format(
+                    "[replica {}] step {}: local loss {}, global loss {}", [r, step, local_losses[r], global_loss]
+                )
+            )
         if writer is not None:
             with writer.as_default():
                 xtpu.summary.scalar("loss", global_loss, step=step)
@@ -192,7 +195,7 @@ class NumpyOptimizer:
             if self.name == "adam":
                 b1, b2 = f(0.9), f(0.999)
                 eps = f(1e-7) if self.api == "tf2" else f(1e-8)
-                lr_t = self.lr * np.sqrt(f(1) - b2 ** self.t) / (f(1) - b1 ** self.t)
+                lr_t = self.lr * np.sqrt(f(1) - b2**self.t) / (f(1) - b1**self.t)
                 s1[...] = b1 * s1 + (f(1) - b1) * g
                 s2[...] = b2 * s2 + (f(1) - b2) * g * g
                 out.append(w - lr_t * s1 / (np.sqrt(s2) + eps))
@@ -226,8 +229,9 @@ class Progress:
         self.last = now
         rate = done / (now - self.start)
         eta = (self.total - done) / rate
-        print(f"step {done}/{self.total} ({100 * done // self.total}%): {rate:.1f} steps/s, ETA {eta:.0f} s",
-              flush=True)
+        print(
+            f"step {done}/{self.total} ({100 * done // self.total}%): {rate:.1f} steps/s, ETA {eta:.0f} s", flush=True
+        )
 
 
 def train(args, x_train, y_train, params):
@@ -282,7 +286,10 @@ def train(args, x_train, y_train, params):
         t_xtpu += time.perf_counter() - ts
         progress.update(i + spr)
         for x, y, _, _ in batches[i : i + spr]:
-            shards = [(x[r * per_replica : (r + 1) * per_replica], y[r * per_replica : (r + 1) * per_replica]) for r in range(R)]
+            shards = [
+                (x[r * per_replica : (r + 1) * per_replica], y[r * per_replica : (r + 1) * per_replica])
+                for r in range(R)
+            ]
             ref_params = ref_opt.apply(numpy_gradients(shards, ref_params, args.batch), ref_params)
         losses = strategy.experimental_local_results(loss)
         if any(not np.array_equal(losses[0], v) for v in losses[1:]):
@@ -326,31 +333,66 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--hidden", type=positive, default=64, help="hidden units of the MLP")
     ap.add_argument("--batch", type=positive, default=256, help="global batch size (split across replicas)")
     ap.add_argument("--steps", type=positive, default=400, help="training steps")
-    ap.add_argument("--api", choices=["tf2", "tf1"], default="tf2",
-                    help="tf2: GradientTape + xtpu.optimizers; tf1: CrossShardOptimizer(xtpu.train...).minimize")
-    ap.add_argument("--optimizer", choices=["momentum", "adam"], default="momentum",
-                    help="SGD with momentum 0.9, or Adam")
+    ap.add_argument(
+        "--api",
+        choices=["tf2", "tf1"],
+        default="tf2",
+        help="tf2: GradientTape + xtpu.optimizers; tf1: CrossShardOptimizer(xtpu.train...).minimize",
+    )
+    ap.add_argument(
+        "--optimizer", choices=["momentum", "adam"], default="momentum", help="SGD with momentum 0.9, or Adam"
+    )
     ap.add_argument("--lr", type=float, default=None, help="learning rate (default: 0.1 with momentum, 0.01 with adam)")
-    ap.add_argument("--steps-per-run", type=positive, default=None,
-                    help="steps per strategy.run, in a device loop (default: the largest of 4, 3, 2, 1 that "
-                    "divides --steps)")
-    ap.add_argument("--log-every", type=non_negative, default=100,
-                    help="print every replica's loss every N steps from the device (0: never)")
-    ap.add_argument("--logdir", default=None, help="write the global loss to TensorBoard event files here (default: no event files)")
-    ap.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
-                    help="print a progress line (steps/s, ETA) at most this often (0: after every run; "
-                    "negative: never)")
+    ap.add_argument(
+        "--steps-per-run",
+        type=positive,
+        default=None,
+        help="steps per strategy.run, in a device loop (default: the largest of 4, 3, 2, 1 that divides --steps)",
+    )
+    ap.add_argument(
+        "--log-every",
+        type=non_negative,
+        default=100,
+        help="print every replica's loss every N steps from the device (0: never)",
+    )
+    ap.add_argument(
+        "--logdir", default=None, help="write the global loss to TensorBoard event files here (default: no event files)"
+    )
+    ap.add_argument(
+        "--progress-every",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="print a progress line (steps/s, ETA) at most this often (0: after every run; negative: never)",
+    )
     ap.add_argument("--seed", type=int, default=0, help="seed of the data split, the weights and the batches")
-    ap.add_argument("--min-accuracy", type=float, default=None,
-                    help="exit 1 below this held-out accuracy (default: 0.97 for runs of at least 400 steps; "
-                    "shorter runs, which do not reach it, are not checked)")
-    ap.add_argument("--tolerance", type=float, default=1e-5,
-                    help="exit 1 when a weight differs from the numpy run by more")
-    ap.add_argument("--backend", choices=["threads", "mpi"], default=None,
-                    help="replicas as threads or spread over the ranks of mpiexec (default: $XTPU_BACKEND, else threads)")
-    ap.add_argument("--infeed", action="store_true",
-                    help="feed the batches through an xtpu.InfeedQueue from a producer thread (threads backend)")
-    ap.add_argument("--save-weights", default=None, metavar="OUT.npz", help="write the trained weights here, on rank 0 (default: not written)")
+    ap.add_argument(
+        "--min-accuracy",
+        type=float,
+        default=None,
+        help="exit 1 below this held-out accuracy (default: 0.97 for runs of at least 400 steps; "
+        "shorter runs, which do not reach it, are not checked)",
+    )
+    ap.add_argument(
+        "--tolerance", type=float, default=1e-5, help="exit 1 when a weight differs from the numpy run by more"
+    )
+    ap.add_argument(
+        "--backend",
+        choices=["threads", "mpi"],
+        default=None,
+        help="replicas as threads or spread over the ranks of mpiexec (default: $XTPU_BACKEND, else threads)",
+    )
+    ap.add_argument(
+        "--infeed",
+        action="store_true",
+        help="feed the batches through an xtpu.InfeedQueue from a producer thread (threads backend)",
+    )
+    ap.add_argument(
+        "--save-weights",
+        default=None,
+        metavar="OUT.npz",
+        help="write the trained weights here, on rank 0 (default: not written)",
+    )
     return ap
 
 
@@ -417,8 +459,10 @@ def _report(args, params, ref_params, x_test, y_test, elapsed, t_xtpu) -> int:
     if args.min_accuracy is None:
         args.min_accuracy = 0.97 if args.steps >= 400 else 0.0
         if not args.min_accuracy:
-            print(f"accuracy not checked: {args.steps} steps are fewer than the 400 that reach 0.97 "
-                  "(--min-accuracy sets a bound)")
+            print(
+                f"accuracy not checked: {args.steps} steps are fewer than the 400 that reach 0.97 "
+                "(--min-accuracy sets a bound)"
+            )
     if accuracy < args.min_accuracy:
         print(f"FAIL: accuracy {accuracy:.4f} < {args.min_accuracy}", file=sys.stderr)
         ok = False

@@ -4,8 +4,8 @@ and what the outside-compilation passes ask about clusters and host values."""
 from __future__ import annotations
 
 import os
-
-from typing import Iterator, Sequence, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 from xdsl.dialects.builtin import (
     CallSiteLoc,
@@ -226,7 +226,9 @@ def remap_operands(op: Operation, mapping: dict[SSAValue, SSAValue]) -> None:
                 inner.operands[idx] = new
 
 
-def host_replicate(block: Block, operands: list[SSAValue], n: int, names: list[str], location: Attribute) -> ReplicateOp:
+def host_replicate(
+    block: Block, operands: list[SSAValue], n: int, names: list[str], location: Attribute
+) -> ReplicateOp:
     """``tpu.replicate(operands) {n, placement = "host"}`` around ``block``
     (which ends in ``tpu.yield``), named after the clusters it runs: ``n``
     results per yielded value, replica-major as the device replicate's."""
@@ -267,4 +269,3 @@ def chunk_tiling(sizes: Sequence[int], chunks: int) -> tuple[int, ...] | None:
         else:
             return None
     return tuple(out) if rem == 1 else None
-

@@ -167,15 +167,15 @@ def combine(group: _Group) -> None:
             flats.append(r.results[0])
     cat = hlo.ConcatenateOp.make(flats, dimension=0)
     p = members[0].params()
-    ar = AllReduceOp.make([cat.results[0]], replica_groups=p["replica_groups"], computation=p["computation"],
-                          channel_id=p["channel_id"])
+    ar = AllReduceOp.make(
+        [cat.results[0]], replica_groups=p["replica_groups"], computation=p["computation"], channel_id=p["channel_id"]
+    )
     ar.location = members[0].location
     new += [cat, ar]
     outs: list[SSAValue] = []
     offset = 0
     for s in specs:
-        sl = hlo.SliceOp.make([ar.results[0]], start_indices=(offset,), limit_indices=(offset + s.size,),
-                              strides=(1,))
+        sl = hlo.SliceOp.make([ar.results[0]], start_indices=(offset,), limit_indices=(offset + s.size,), strides=(1,))
         new.append(sl)
         out = sl.results[0]
         if s.shape != (s.size,):

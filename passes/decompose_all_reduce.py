@@ -61,8 +61,9 @@ class _Decompose(RewritePattern):
             zeros = hlo.ConstantOp.make([], value=np.zeros((pad,), numpy_dtype(spec.dtype)))
             new += [zeros, hlo.ConcatenateOp.make([flat, zeros.results[0]], dimension=0)]
             flat = new[-1].results[0]
-        rs = ReduceScatterOp.make([flat], replica_groups=groups, scatter_dimension=0, computation=p["computation"],
-                                  channel_id=p["channel_id"])
+        rs = ReduceScatterOp.make(
+            [flat], replica_groups=groups, scatter_dimension=0, computation=p["computation"], channel_id=p["channel_id"]
+        )
         ag = AllGatherOp.make([rs.results[0]], replica_groups=groups, all_gather_dim=0)
         rs.location = ag.location = op.location
         new += [rs, ag]

@@ -185,10 +185,15 @@ def _extract(rep: ReplicateOp, computable: HostComputable) -> None:
         _move_clusters(heads, hblock, mapping)
         # Head results used outside the head clusters.
         outs = [
-            r for c in heads for r in c.results if any(not any(h.is_ancestor(u.operation) for h in heads) for u in r.uses)
+            r
+            for c in heads
+            for r in c.results
+            if any(not any(h.is_ancestor(u.operation) for h in heads) for u in r.uses)
         ]
         hblock.add_op(YieldOp.create(operands=[mapping[r] for r in outs]))
-        head_op = host_replicate(hblock, [x for a in inputs for x in groups[a.index]], n, [c.cluster.data for c in heads], heads[0].location)
+        head_op = host_replicate(
+            hblock, [x for a in inputs for x in groups[a.index]], n, [c.cluster.data for c in heads], heads[0].location
+        )
         parent.insert_op_before(head_op, rep)
         # Head results reach the device as new replicated inputs.
         for j, r in enumerate(outs):

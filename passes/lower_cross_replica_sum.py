@@ -49,9 +49,7 @@ def _plan(module: ModuleOp) -> dict[CrossReplicaSumOp, tuple[Groups, int]]:
     """Replica groups and channel id of every cross_replica_sum, in walk
     order; raises the pass's diagnostics before anything changes."""
     used = [
-        int(ch.value.data)
-        for op in walk_ops(module)
-        if isinstance(ch := op.properties.get("channel_id"), IntegerAttr)
+        int(ch.value.data) for op in walk_ops(module) if isinstance(ch := op.properties.get("channel_id"), IntegerAttr)
     ]
     channel = max(used, default=0)
     plan: dict[CrossReplicaSumOp, tuple[Groups, int]] = {}
@@ -79,8 +77,7 @@ def _plan(module: ModuleOp) -> dict[CrossReplicaSumOp, tuple[Groups, int]]:
             check_group_assignment(groups, n)
         except ValueError as e:
             raise DiagnosticException(
-                f"{where} has an invalid group_assignment for a tpu.replicate of "
-                f"{n} replicas: {e}"
+                f"{where} has an invalid group_assignment for a tpu.replicate of {n} replicas: {e}"
             ) from None
         channel += 1
         # With C logical cores per replica the all-reduce runs between the

@@ -249,9 +249,7 @@ def _held_send(key: str, values: list[SSAValue], location) -> SendFromHostOp:
     return send
 
 
-def _build_host_function(
-    p: _Cluster, computable: HostComputable, held_of: dict, inputs_of: dict
-) -> FuncOp:
+def _build_host_function(p: _Cluster, computable: HostComputable, held_of: dict, inputs_of: dict) -> FuncOp:
     """Move the cluster's ops into a host function (named later); the
     cluster op stays behind, empty, as the device side's placeholder."""
     op, name = p.op, p.name
@@ -472,8 +470,7 @@ def _check_clusters(module: ModuleOp) -> list[OutsideCompilationOp]:
             )
         if rep.on_host:
             raise DiagnosticException(
-                f"{_describe(op)} is inside a tpu.replicate with placement = \"host\", "
-                "which runs on the host already"
+                f'{_describe(op)} is inside a tpu.replicate with placement = "host", which runs on the host already'
             )
         name = op.cluster.data
         if name in seen:
@@ -636,7 +633,9 @@ def _reroute_outputs(rep: ReplicateOp, held_outputs: dict[SSAValue, OutsideCompi
     return fates
 
 
-def _rebuild(rep: ReplicateOp, fates: list[tuple], inputs: list[SSAValue], held_lists: dict[str, list[SSAValue]]) -> None:
+def _rebuild(
+    rep: ReplicateOp, fates: list[tuple], inputs: list[SSAValue], held_lists: dict[str, list[SSAValue]]
+) -> None:
     """Rebuild the device replicate without the inputs and outputs it does
     not use.  The replica inputs host code uses are kept on the host by a host
     replicate before it (``REPLICA_INPUTS_KEY``); held outputs are read back

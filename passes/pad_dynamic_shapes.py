@@ -156,7 +156,9 @@ class _Padder:
             return self.filled[key]
         shape = _shape(x)
         m = self.mask(shape, dims)
-        f = self.emit(hlo.BroadcastInDimOp, [self.zero(x) if fill is None else fill], broadcast_dimensions=(), shape=shape)
+        f = self.emit(
+            hlo.BroadcastInDimOp, [self.zero(x) if fill is None else fill], broadcast_dimensions=(), shape=shape
+        )
         out = self.filled[key] = self.emit(hlo.SelectOp, [m, x, f])
         return out
 
@@ -237,13 +239,9 @@ class _Padder:
     def unpadded(self, x: SSAValue) -> SSAValue:
         """``x`` sliced to its real sizes (a host value of the real shape)."""
         rank = len(_shape(x))
-        limits = [
-            self.emit(hlo.ReshapeOp, [self.size(x, d)], shape=(1,)) for d in range(rank)
-        ]
+        limits = [self.emit(hlo.ReshapeOp, [self.size(x, d)], shape=(1,)) for d in range(rank)]
         limit = limits[0] if rank == 1 else self.emit(hlo.ConcatenateOp, limits, dimension=0)
-        return self.emit(
-            RealDynamicSliceOp, [x, self.const(np.zeros(rank)), limit, self.const(np.ones(rank))]
-        )
+        return self.emit(RealDynamicSliceOp, [x, self.const(np.zeros(rank)), limit, self.const(np.ones(rank))])
 
     # ---- inference and rewrites per op ------------------------------------
     def elementwise(self, op: Operation) -> None:
@@ -316,8 +314,10 @@ class _Padder:
                 # (concatenate's gradient): it starts at its real offset.
                 _, static_size, offset, size, _ = part
                 starts = [offset if k == d else self.const(b) for k, b in enumerate(p["start_indices"])]
-                sizes = [static_size if k == d else (lim - b) for k, (b, lim) in enumerate(
-                    zip(p["start_indices"], p["limit_indices"]))]
+                sizes = [
+                    static_size if k == d else (lim - b)
+                    for k, (b, lim) in enumerate(zip(p["start_indices"], p["limit_indices"]))
+                ]
                 if any(st != 1 for st in p["strides"]):
                     raise self.unsupported(op, "a strided slice of a concatenation along a padded dimension")
                 new = self.emit(hlo.DynamicSliceOp, [op.operand, *starts], slice_sizes=sizes)
@@ -392,9 +392,7 @@ class _Padder:
                     out.setdefault(d, s)
         if any(dim in self.sizes.get(v, {}) for v in op.operands):
             # The operands one after the other at their real offsets.
-            acc = self.emit(
-                hlo.BroadcastInDimOp, [self.zero(op.result)], broadcast_dimensions=(), shape=shape
-            )
+            acc = self.emit(hlo.BroadcastInDimOp, [self.zero(op.result)], broadcast_dimensions=(), shape=shape)
             offset = self.const(0)
             zero = offset
             parts, static = [], 0

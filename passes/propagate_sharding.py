@@ -175,6 +175,7 @@ from xtpu.dialects.hlo import (
 from xtpu.dialects.hlo_control import IfOp, ReturnOp, WhileOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.sharding import SHARDING_KEY, Sharding, ShardingAttr
+from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.dialects.tpu import (
     CrossReplicaSumOp,
     OutsideCompilationOp,
@@ -182,7 +183,6 @@ from xtpu.dialects.tpu import (
     ShardingConstraintOp,
     YieldOp,
 )
-from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.passes._common import at, chunk_tiling, enclosing, has_string_values, prefix_tiled
 from xtpu.passes.spmd_cost import reshard_bytes
 
@@ -734,10 +734,7 @@ class _Propagation:
         """Offer ``v`` the backward candidates of every use of ``values``, in
         program order of the users."""
         uses = [
-            (self.order[u.operation], u.index, u.operation)
-            for w in values
-            for u in w.uses
-            if u.operation in self.order
+            (self.order[u.operation], u.index, u.operation) for w in values for u in w.uses if u.operation in self.order
         ]
         changed = False
         for _, index, user in sorted(uses, key=lambda t: (t[0], t[1])):

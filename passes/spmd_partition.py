@@ -118,6 +118,7 @@ from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, TensorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
+
 from xtpu.dialects import ccl, hlo
 from xtpu.dialects.hlo_control import IfOp, ReturnOp, WhileOp
 from xtpu.dialects.primitive import PrimitiveOp, ShapeError
@@ -320,9 +321,7 @@ class _Partitioner:
                 f"{self.C} logical devices"
             )
         if sharding.is_maximal and sharding.device >= self.C:
-            raise DiagnosticException(
-                f"{what} has sharding {sharding}, but a replica has {self.C} logical devices"
-            )
+            raise DiagnosticException(f"{what} has sharding {sharding}, but a replica has {self.C} logical devices")
         try:
             sharding.check_rank(len(shape))
             _local_shape(sharding, shape)
@@ -344,7 +343,9 @@ class _Partitioner:
             elif isinstance(attr, ArrayAttr) and all(isinstance(a, ShardingAttr) for a in attr.data):
                 attrs = list(attr.data)
             else:
-                raise DiagnosticException(f"{self._where(op)} has {SHARDING_KEY} = {attr}, expected an array of #tpu.sharding")
+                raise DiagnosticException(
+                    f"{self._where(op)} has {SHARDING_KEY} = {attr}, expected an array of #tpu.sharding"
+                )
             if len(attrs) != len(op.results):
                 raise DiagnosticException(
                     f"{self._where(op)} has {len(attrs)} {SHARDING_KEY} entries for {len(op.results)} results"
@@ -1195,9 +1196,7 @@ class _Partitioner:
         serves."""
         res = _view(want, len(out_shape), self.C)
         return [
-            d
-            for d in dims
-            if res.counts[d] > 1 and in_shape[d] % res.counts[d] == 0 and in_shape[d] and out_shape[d]
+            d for d in dims if res.counts[d] > 1 and in_shape[d] % res.counts[d] == 0 and in_shape[d] and out_shape[d]
         ]
 
     def slice(self, op: hlo.SliceOp, shardings: list[Sharding]) -> None:
@@ -1236,9 +1235,9 @@ class _Partitioner:
             elif d not in sliced:
                 limits[d] = local[d]
         if any((a, b, s) != (0, n, 1) for a, b, s, n in zip(starts, limits, strides, _shape(x))):
-            x = self.new_op(
-                op, hlo.SliceOp, [x], start_indices=starts, limit_indices=limits, strides=strides
-            ).results[0]
+            x = self.new_op(op, hlo.SliceOp, [x], start_indices=starts, limit_indices=limits, strides=strides).results[
+                0
+            ]
         self.define(op.result, x, need)
 
     def pad(self, op: hlo.PadOp, shardings: list[Sharding]) -> None:
@@ -1450,11 +1449,7 @@ class SpmdPartition(ModulePass):
         ]
         if not reps:
             return
-        used = [
-            int(ch.value.data)
-            for o in op.walk()
-            if isinstance(ch := o.properties.get("channel_id"), IntegerAttr)
-        ]
+        used = [int(ch.value.data) for o in op.walk() if isinstance(ch := o.properties.get("channel_id"), IntegerAttr)]
         channels = [max(used, default=0)]
         parts = [_Partitioner(r, channels) for r in reps]
         for p in parts:

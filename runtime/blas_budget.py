@@ -34,6 +34,7 @@ __all__ = [
     "limit",
 ]
 
+
 def set_intra_op_parallelism_threads(num_threads: int) -> None:
     """Cores (BLAS threads in all) a replicated run may use; 0 resets to
     xtpu's choice (``$XTPU_INTRA_OP_THREADS``, else every core).

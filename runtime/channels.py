@@ -147,7 +147,8 @@ class ChannelTable:
         if slot.closed:
             raise XtpuRuntimeError(
                 f"send on closed channel '{key}' for replica {replica}",
-                replica=replica, key=key,
+                replica=replica,
+                key=key,
             )
         slot.messages.append(values)
         if slot.waiters:
@@ -270,9 +271,9 @@ class ChannelTable:
                 remaining = deadline - monotonic()
                 if remaining <= 0:
                     raise RuntimeTimeoutError(
-                        f"no message on channel '{key}' for replica {replica} "
-                        f"after {timeout} s",
-                        replica=replica, key=key,
+                        f"no message on channel '{key}' for replica {replica} after {timeout} s",
+                        replica=replica,
+                        key=key,
                     )
                 me.wait(remaining)
         finally:

@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from time import monotonic
-from typing import Sequence
 
 import numpy as np
 
@@ -53,7 +53,6 @@ from .workers import MAX_WAIT, AbortSignal, resolve_timeout, run_workers, will_b
 __all__ = [
     "Communicator",
     "ThreadCommunicator",
-    "MPICommunicator",
     "REDUCTIONS",
     "normalize_replica_groups",
     "normalize_source_target_pairs",
@@ -115,8 +114,11 @@ def normalize_replica_groups(
             problems.append(f"group {list(g)} has ids {bad} out of range [0, {n})")
         for x in g:
             if x in seen:
-                where = "twice in group " + str(list(g)) if seen[x] == gi else (
-                    f"in groups {list(groups[seen[x]])} and {list(g)}")
+                where = (
+                    "twice in group " + str(list(g))
+                    if seen[x] == gi
+                    else (f"in groups {list(groups[seen[x]])} and {list(g)}")
+                )
                 problems.append(f"participant {x} appears {where}")
             seen.setdefault(x, gi)
     missing = [x for x in range(n) if x not in seen]
@@ -155,9 +157,7 @@ def normalize_source_target_pairs(
         ids = [p[side] for p in pairs]
         dups = sorted({x for x in ids if ids.count(x) > 1})
         if dups:
-            raise ValueError(
-                f"source_target_pairs {[list(p) for p in pairs]}: {name}s {dups} appear more than once"
-            )
+            raise ValueError(f"source_target_pairs {[list(p) for p in pairs]}: {name}s {dups} appear more than once")
     return tuple(pairs)
 
 
@@ -201,9 +201,7 @@ def reduce_in_order(values: Sequence[np.ndarray], reduction: str) -> np.ndarray:
     try:
         fn = REDUCTIONS[reduction]
     except KeyError:
-        raise ValueError(
-            f"unknown reduction {reduction!r}; expected one of {sorted(REDUCTIONS)}"
-        ) from None
+        raise ValueError(f"unknown reduction {reduction!r}; expected one of {sorted(REDUCTIONS)}") from None
     out = np.empty_like(values[0])
     chunks = _reduce_chunks(values)
     if chunks > 1:
@@ -213,9 +211,16 @@ def reduce_in_order(values: Sequence[np.ndarray], reduction: str) -> np.ndarray:
         flat = [v.reshape(-1) for v in values]
         dest = out.reshape(-1)
         bounds = [len(dest) * i // chunks for i in range(chunks + 1)]
-        run_workers([(f"{reduction} of elements {lo}:{hi}",
-                      lambda lo=lo, hi=hi: _fold(fn, [f[lo:hi] for f in flat], dest[lo:hi]))
-                     for lo, hi in zip(bounds, bounds[1:])], AbortSignal())
+        run_workers(
+            [
+                (
+                    f"{reduction} of elements {lo}:{hi}",
+                    lambda lo=lo, hi=hi: _fold(fn, [f[lo:hi] for f in flat], dest[lo:hi]),
+                )
+                for lo, hi in zip(bounds, bounds[1:])
+            ],
+            AbortSignal(),
+        )
         return out
     _fold(fn, values, out)
     return out
@@ -260,8 +265,7 @@ def _check_dim(op: str, name: str, dim: int, value: np.ndarray, parts: int | Non
     dim = int(dim)
     if not 0 <= dim < value.ndim:
         raise ValueError(
-            f"{op}: {name} {dim} is out of range for an operand of rank {value.ndim} "
-            f"({_fmt_operand(value)})"
+            f"{op}: {name} {dim} is out of range for an operand of rank {value.ndim} ({_fmt_operand(value)})"
         )
     if parts is not None and value.shape[dim] % parts:
         raise ValueError(
@@ -291,44 +295,69 @@ class Communicator(ABC):
     num_participants: int
 
     @abstractmethod
-    def all_reduce(self, replica: int, value: np.ndarray,
-                   replica_groups: Sequence[Sequence[int]] | None,
-                   reduction: str = "add", channel_id: int | None = None) -> np.ndarray:
+    def all_reduce(
+        self,
+        replica: int,
+        value: np.ndarray,
+        replica_groups: Sequence[Sequence[int]] | None,
+        reduction: str = "add",
+        channel_id: int | None = None,
+    ) -> np.ndarray:
         """StableHLO ``all_reduce``: the reduction of the operands of the
         caller's group, combined in ascending participant id; same shape and
         dtype as ``value``. ``reduction`` is one of ``add, mul, max, min``."""
 
     @abstractmethod
-    def all_gather(self, replica: int, value: np.ndarray,
-                   replica_groups: Sequence[Sequence[int]] | None, dim: int,
-                   channel_id: int | None = None) -> np.ndarray:
+    def all_gather(
+        self,
+        replica: int,
+        value: np.ndarray,
+        replica_groups: Sequence[Sequence[int]] | None,
+        dim: int,
+        channel_id: int | None = None,
+    ) -> np.ndarray:
         """StableHLO ``all_gather``: the group's operands concatenated along
         ``dim`` in group order; shape ``value.shape`` with ``dim`` multiplied
         by the group size."""
 
     @abstractmethod
-    def reduce_scatter(self, replica: int, value: np.ndarray,
-                       replica_groups: Sequence[Sequence[int]] | None, dim: int,
-                       reduction: str = "add", channel_id: int | None = None) -> np.ndarray:
+    def reduce_scatter(
+        self,
+        replica: int,
+        value: np.ndarray,
+        replica_groups: Sequence[Sequence[int]] | None,
+        dim: int,
+        reduction: str = "add",
+        channel_id: int | None = None,
+    ) -> np.ndarray:
         """StableHLO ``reduce_scatter``: the group's reduction (as in
         ``all_reduce``) split along ``dim`` into group-size parts; the member
         at position ``i`` of its group gets part ``i``. ``value.shape[dim]``
         must divide by the group size."""
 
     @abstractmethod
-    def all_to_all(self, replica: int, value: np.ndarray,
-                   replica_groups: Sequence[Sequence[int]] | None,
-                   split_dimension: int, concat_dimension: int,
-                   channel_id: int | None = None) -> np.ndarray:
+    def all_to_all(
+        self,
+        replica: int,
+        value: np.ndarray,
+        replica_groups: Sequence[Sequence[int]] | None,
+        split_dimension: int,
+        concat_dimension: int,
+        channel_id: int | None = None,
+    ) -> np.ndarray:
         """StableHLO ``all_to_all`` (``split_count`` = group size): each
         member splits its operand along ``split_dimension`` into group-size
         parts; member ``j`` receives part ``j`` of every member, concatenated
         along ``concat_dimension`` in group order."""
 
     @abstractmethod
-    def collective_permute(self, replica: int, value: np.ndarray,
-                           source_target_pairs: Sequence[Sequence[int]],
-                           channel_id: int | None = None) -> np.ndarray:
+    def collective_permute(
+        self,
+        replica: int,
+        value: np.ndarray,
+        source_target_pairs: Sequence[Sequence[int]],
+        channel_id: int | None = None,
+    ) -> np.ndarray:
         """StableHLO ``collective_permute``: for each ``[source, target]``
         pair, the target receives the source's operand; a participant that is
         no target gets zeros of its operand's shape and dtype. Participants
@@ -338,7 +367,7 @@ class Communicator(ABC):
     def barrier(self, replica: int) -> None:
         """Wait until all ``num_participants`` participants called it."""
 
-    def reset(self) -> None:
+    def reset(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Forget in-flight collectives after a failed or aborted run; call
         only while no participant is inside a collective. No-op by default."""
 
@@ -364,8 +393,7 @@ def all_gather_results(values: Sequence[np.ndarray], dim: int) -> list:
     return [out] * len(values)
 
 
-def reduce_scatter_results(values: Sequence[np.ndarray], order: Sequence[int], reduction: str,
-                           dim: int) -> list:
+def reduce_scatter_results(values: Sequence[np.ndarray], order: Sequence[int], reduction: str, dim: int) -> list:
     """StableHLO ``reduce_scatter`` of one group: the reduction (as
     :func:`all_reduce_results`) split along ``dim``, part ``i`` to the
     member at position ``i``."""
@@ -385,8 +413,7 @@ def permute_results(values: Sequence[np.ndarray], sources: Sequence[int | None])
     """StableHLO ``collective_permute`` within one connected group:
     ``sources[i]`` is the position whose operand member ``i`` gets (None:
     zeros of its own operand's shape)."""
-    return [_readonly(np.zeros_like(values[i]) if s is None else values[s].copy())
-            for i, s in enumerate(sources)]
+    return [_readonly(np.zeros_like(values[i]) if s is None else values[s].copy()) for i, s in enumerate(sources)]
 
 
 def permute_plan(pairs: Sequence[tuple[int, int]]) -> list[tuple[tuple[int, ...], list[int | None]]]:
@@ -458,8 +485,14 @@ class ThreadCommunicator(Communicator):
     :meth:`reset` before reusing the communicator.
     """
 
-    def __init__(self, num_participants: int, abort_signal: AbortSignal,
-                 timeout: float | None = None, *, cores_per_replica: int = 1) -> None:
+    def __init__(
+        self,
+        num_participants: int,
+        abort_signal: AbortSignal,
+        timeout: float | None = None,
+        *,
+        cores_per_replica: int = 1,
+    ) -> None:
         if int(num_participants) < 1:
             raise ValueError(f"num_participants must be >= 1, got {num_participants}")
         if int(cores_per_replica) < 1 or int(num_participants) % int(cores_per_replica):
@@ -530,9 +563,7 @@ class ThreadCommunicator(Communicator):
 
     def _member(self, replica, replica_groups):
         if not 0 <= replica < self.num_participants:
-            raise ValueError(
-                f"replica {replica} is out of range for {self.num_participants} participants"
-            )
+            raise ValueError(f"replica {replica} is out of range for {self.num_participants} participants")
         return self._plan(replica_groups)[replica]
 
     def _wake_all(self) -> None:
@@ -568,9 +599,9 @@ class ThreadCommunicator(Communicator):
                 raise cls(msg, op=op, **self._ctx(replica))
             if rec.values[index] is not _MISSING:
                 raise XtpuRuntimeError(
-                    f"{op}: participant {replica} arrived twice at the same "
-                    f"collective of group {_fmt_group(rv.group)}",
-                    op=op, **self._ctx(replica),
+                    f"{op}: participant {replica} arrived twice at the same collective of group {_fmt_group(rv.group)}",
+                    op=op,
+                    **self._ctx(replica),
                 )
             if signal._set:
                 raise Aborted(signal.exception)
@@ -622,8 +653,10 @@ class ThreadCommunicator(Communicator):
                 if signal._set:
                     raise Aborted(signal.exception)
                 missing = [p for p, v in zip(rv.group, rec.values) if v is _MISSING]
-                msg = (f"timed out after {self.timeout} s in {op}: {self._who(missing)} "
-                       f"of group {_fmt_group(rv.group)} never arrived")
+                msg = (
+                    f"timed out after {self.timeout} s in {op}: {self._who(missing)} "
+                    f"of group {_fmt_group(rv.group)} never arrived"
+                )
                 rec.error = (RuntimeTimeoutError, msg)
                 raise RuntimeTimeoutError(msg, op=op, **self._ctx(replica))
         # The group completed just now. Unless an abort already released our
@@ -660,21 +693,15 @@ class ThreadCommunicator(Communicator):
         calls = [m[0] for m in metas]
         if any(c != calls[0] for c in calls):
             desc = "; ".join(f"{self._name(p)}: {c[0]}{list(c[1:])}" for p, c in zip(group, calls))
-            raise XtpuRuntimeError(
-                f"participants of group {_fmt_group(group)} called different collectives: {desc}"
-            )
+            raise XtpuRuntimeError(f"participants of group {_fmt_group(group)} called different collectives: {desc}")
         desc = ", ".join(f"{self._name(p)} has {_fmt_operand(v)}" for p, v in zip(group, values))
-        raise XtpuRuntimeError(
-            f"mismatched operands in {op} of group {_fmt_group(group)}: {desc}"
-        )
+        raise XtpuRuntimeError(f"mismatched operands in {op} of group {_fmt_group(group)}: {desc}")
 
     def all_reduce(self, replica, value, replica_groups, reduction="add", channel_id=None):
         op = "ccl.all_reduce"
         value = np.asarray(value)
         if reduction not in REDUCTIONS:
-            raise ValueError(
-                f"{op}: unknown reduction {reduction!r}; expected one of {sorted(REDUCTIONS)}"
-            )
+            raise ValueError(f"{op}: unknown reduction {reduction!r}; expected one of {sorted(REDUCTIONS)}")
         rv, index = self._member(replica, replica_groups)
         if len(rv.group) == 1:
             return _readonly(value.view())  # a group of one: its operand, no copy
@@ -703,14 +730,11 @@ class ThreadCommunicator(Communicator):
         meta = ((op, dim, channel_id), value.shape, value.dtype)
         return self._run(rv, index, replica, value, meta, compute, op)
 
-    def reduce_scatter(self, replica, value, replica_groups, dim, reduction="add",
-                       channel_id=None):
+    def reduce_scatter(self, replica, value, replica_groups, dim, reduction="add", channel_id=None):
         op = "ccl.reduce_scatter"
         value = np.asarray(value)
         if reduction not in REDUCTIONS:
-            raise ValueError(
-                f"{op}: unknown reduction {reduction!r}; expected one of {sorted(REDUCTIONS)}"
-            )
+            raise ValueError(f"{op}: unknown reduction {reduction!r}; expected one of {sorted(REDUCTIONS)}")
         rv, index = self._member(replica, replica_groups)
         n = len(rv.group)
         dim = _check_dim(op, "dim", dim, value, n)
@@ -725,8 +749,7 @@ class ThreadCommunicator(Communicator):
         meta = ((op, dim, reduction, channel_id), value.shape, value.dtype)
         return self._run(rv, index, replica, value, meta, compute, op)
 
-    def all_to_all(self, replica, value, replica_groups, split_dimension,
-                   concat_dimension, channel_id=None):
+    def all_to_all(self, replica, value, replica_groups, split_dimension, concat_dimension, channel_id=None):
         op = "ccl.all_to_all"
         value = np.asarray(value)
         rv, index = self._member(replica, replica_groups)
@@ -748,9 +771,7 @@ class ThreadCommunicator(Communicator):
         op = "ccl.collective_permute"
         value = np.asarray(value)
         if not 0 <= replica < self.num_participants:
-            raise ValueError(
-                f"replica {replica} is out of range for {self.num_participants} participants"
-            )
+            raise ValueError(f"replica {replica} is out of range for {self.num_participants} participants")
         try:
             raw = tuple(map(tuple, source_target_pairs))
             plan = self._pair_plans.get(raw)
@@ -784,24 +805,13 @@ class ThreadCommunicator(Communicator):
     def barrier(self, replica):
         op = "barrier"
         if not 0 <= replica < self.num_participants:
-            raise ValueError(
-                f"replica {replica} is out of range for {self.num_participants} participants"
-            )
+            raise ValueError(f"replica {replica} is out of range for {self.num_participants} participants")
         if self.num_participants == 1:
             return None
         rv = self._rv(("barrier",), tuple(range(self.num_participants)))
-        return self._run(rv, replica, replica, True, (op,),
-                         lambda values, metas: [None] * len(values), op)
+        return self._run(rv, replica, replica, True, (op,), lambda values, metas: [None] * len(values), op)
 
 
 # ---------------------------------------------------------------------------
 # MPI implementation: runtime/mpi_communicator.py (imported lazily: mpi4py is
 # optional).
-
-
-def __getattr__(name: str):
-    if name == "MPICommunicator":
-        from .mpi_communicator import MPICommunicator
-
-        return MPICommunicator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

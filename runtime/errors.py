@@ -69,7 +69,7 @@ class XtpuRuntimeError(RuntimeError):
         self.cluster = cluster
         self.location = location
 
-    def add_context(self, **fields) -> "XtpuRuntimeError":
+    def add_context(self, **fields) -> XtpuRuntimeError:
         """Set the context fields that are still None; returns ``self``.
 
         Accepts the keyword fields of the constructor (``replica``, ``op``,
@@ -87,9 +87,7 @@ class XtpuRuntimeError(RuntimeError):
         """The ``"replica 3, op ccl.all_reduce (at train.py:41)"`` part."""
         msg = self.message
         parts = []
-        if self.replica is not None and not re.search(
-            rf"\breplica {self.replica}\b", msg
-        ):
+        if self.replica is not None and not re.search(rf"\breplica {self.replica}\b", msg):
             parts.append(f"replica {self.replica}")
         if self.logical_core is not None:
             parts.append(f"logical core {self.logical_core}")
@@ -128,12 +126,10 @@ class HostComputeError(XtpuRuntimeError):
     """
 
     @classmethod
-    def from_exception(cls, exc: BaseException, **context) -> "HostComputeError":
+    def from_exception(cls, exc: BaseException, **context) -> HostComputeError:
         """Wrap ``exc`` (keeps it as ``__cause__``); ``context`` as in the
         constructor (``cluster=``, ``replica=``, ``location=``...)."""
-        err = cls(
-            f"host computation raised {type(exc).__name__}: {exc}", **context
-        )
+        err = cls(f"host computation raised {type(exc).__name__}: {exc}", **context)
         err.__cause__ = exc
         return err
 
@@ -148,11 +144,7 @@ class Aborted(Exception):
     """
 
     def __init__(self, reason: BaseException | None = None) -> None:
-        super().__init__(
-            f"aborted because another worker failed: {reason!r}"
-            if reason is not None
-            else "aborted"
-        )
+        super().__init__(f"aborted because another worker failed: {reason!r}" if reason is not None else "aborted")
         self.reason = reason
 
 

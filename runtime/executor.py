@@ -33,7 +33,8 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from xdsl.dialects import func
@@ -42,20 +43,18 @@ from xdsl.ir import Block, Operation
 
 from xtpu.dialects import ccl, tpu
 from xtpu.dialects.host_variables import HostVariableUpdateOp
-from xtpu.runtime.host_variables import HOST_VARIABLES, HostVariableStore
+from xtpu.dialects.infeed import InfeedDequeueTupleOp
 from xtpu.dialects.sharding import Sharding, ShardingAttr
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
+from xtpu.runtime import blas_budget, heap, infeed, sequential
+from xtpu.runtime import mpi as _mpi
 from xtpu.runtime.channels import ChannelTable
 from xtpu.runtime.communicator import Communicator, ThreadCommunicator
-from xtpu.dialects.infeed import InfeedDequeueTupleOp
-from xtpu.runtime import infeed
 from xtpu.runtime.errors import Aborted, RuntimeTimeoutError, XtpuRuntimeError
 from xtpu.runtime.host import HostWorker, RunState, answer_awaited_next
+from xtpu.runtime.host_variables import HOST_VARIABLES, HostVariableStore
 from xtpu.runtime.plan import Plan, call_plan, form_key, op_location, pure_kernel, running_op
-from xtpu.runtime import blas_budget, heap, sequential
-from xtpu.runtime import mpi as _mpi
 from xtpu.runtime.workers import AbortSignal, resolve_timeout, run_workers
-
 
 _log = logging.getLogger("xtpu.runtime")
 
@@ -128,8 +127,10 @@ class Executable:
             raise ValueError("every tpu.replicate in @main must have the same number of replicas")
         # Head and tail clusters: host replicates before / after the device one.
         self.host_replicates = {
-            o: (plan := Plan(o.body.block, "host_replicate"),
-                [plan.kernels(lambda op, r=r: self._host_replica_kernel(op, r)) for r in range(self.num_replicas)])
+            o: (
+                plan := Plan(o.body.block, "host_replicate"),
+                [plan.kernels(lambda op, r=r: self._host_replica_kernel(op, r)) for r in range(self.num_replicas)],
+            )
             for o in reps
             if o.on_host
         }
@@ -173,8 +174,7 @@ class Executable:
         self.state = RunState(self.abort)
 
         self._arg_specs = [
-            (s.shape, numpy_dtype(s.dtype), s)
-            for s in (TensorSpec.of_type(t) for t in main.function_type.inputs.data)
+            (s.shape, numpy_dtype(s.dtype), s) for s in (TensorSpec.of_type(t) for t in main.function_type.inputs.data)
         ]
         self.main_plan = Plan(main.body.block, "main")
         self.main_kernels = self.main_plan.kernels(self._main_kernel)
@@ -182,29 +182,41 @@ class Executable:
         # One kernel tuple per participant p = r * C + c (built below).
         self.device_kernels = _ParticipantKernels(
             self.num_replicas * self.num_cores,
-            lambda p: self.device_plan.kernels(lambda op: self._device_kernel(op, p // self.num_cores,
-                                                                              p % self.num_cores)))
+            lambda p: self.device_plan.kernels(
+                lambda op: self._device_kernel(op, p // self.num_cores, p % self.num_cores)
+            ),
+        )
         # The sequential mode (runtime/sequential.py): why the program cannot
         # run in it (None: it can), whether the cost model prefers it, and
         # its plan for this process's replicas (built at its first run).
         # One replica on one core and no host code runs in one thread,
         # whatever the rest of its program: no walk of the body (a tenth of
         # the Executable's build at 10,000 ops).
-        alone = (self.replicate is not None and communicator is None and self.num_replicas == 1
-                 and self.num_cores == 1 and not self.host_fns)
+        alone = (
+            self.replicate is not None
+            and communicator is None
+            and self.num_replicas == 1
+            and self.num_cores == 1
+            and not self.host_fns
+        )
         self._sequential_reason = (
-            "there is no device program" if self.replicate is None
-            else "a communicator was given" if communicator is not None
-            else None if alone
+            "there is no device program"
+            if self.replicate is None
+            else "a communicator was given"
+            if communicator is not None
+            else None
+            if alone
             else sequential.ineligible(self.replicate, self.num_cores, bool(self.host_fns))
         )
         # Several replicas may share a thread while others run in other
         # threads only when no collective sits in a region.
-        self._groups_ok = (self._sequential_reason is None and not alone
-                           and not sequential.collectives_in_regions(self.replicate))
+        self._groups_ok = (
+            self._sequential_reason is None and not alone and not sequential.collectives_in_regions(self.replicate)
+        )
         self._preferred_threads = (
             sequential.preferred_threads(self.replicate, self.num_replicas, blas_budget.cores())
-            if self._sequential_reason is None else self.num_replicas
+            if self._sequential_reason is None
+            else self.num_replicas
         )
         #: threads -> per thread (its replicas, plan, kernels): built at the first run.
         self._grouped: dict[int, list[tuple[list[int], Plan, tuple]]] = {}
@@ -213,8 +225,9 @@ class Executable:
         # compile; else the first participant's (every op's kernel checked
         # once) and the others' at their first run in that mode.
         if self._sequential_reason is not None:
-            self.device_kernels.build_all([r * self.num_cores + c for r in self.local_replicas
-                                           for c in range(self.num_cores)])
+            self.device_kernels.build_all(
+                [r * self.num_cores + c for r in self.local_replicas for c in range(self.num_cores)]
+            )
         elif self.num_replicas:
             self.device_kernels[self.local_replicas[0] * self.num_cores if self.local_replicas else 0]
         self.host_workers: list[HostWorker] = []
@@ -317,8 +330,12 @@ class Executable:
             )
 
         results = run_workers(
-            tasks, self.abort, timeout=self.timeout, abort_grace=min(0.5, self.timeout),
-            inline=False, describe=describe,
+            tasks,
+            self.abort,
+            timeout=self.timeout,
+            abort_grace=min(0.5, self.timeout),
+            inline=False,
+            describe=describe,
         )
         return _by_output(self._all_replicas(results), n, m)
 
@@ -382,7 +399,8 @@ class Executable:
         if getattr(type(op), "HOST_ONLY", False):
             loc = op_location(op)
             raise ValueError(
-                f"'{op.name}' cannot run on the device" + (f" (at {loc})" if loc else "")
+                f"'{op.name}' cannot run on the device"
+                + (f" (at {loc})" if loc else "")
                 + "; run tpu-mark-outside-compilation and tpu-outline-outside-compilation first"
             )
         return self._pure(op)
@@ -423,8 +441,18 @@ class Executable:
         if isinstance(op, tpu.ReplicaIdOp):
             rid = np.int32(w.replica)
             return lambda: rid
-        if isinstance(op, (tpu.SendToHostOp, tpu.RecvFromHostOp, ccl.AllReduceOp, ccl.AllGatherOp,
-                           ccl.ReduceScatterOp, ccl.AllToAllOp, ccl.CollectivePermuteOp)):
+        if isinstance(
+            op,
+            (
+                tpu.SendToHostOp,
+                tpu.RecvFromHostOp,
+                ccl.AllReduceOp,
+                ccl.AllGatherOp,
+                ccl.ReduceScatterOp,
+                ccl.AllToAllOp,
+                ccl.CollectivePermuteOp,
+            ),
+        ):
             raise ValueError(f"'{op.name}' is a device op but appears in the host function of cluster '{w.cluster}'")
         return self._pure(op)
 
@@ -461,9 +489,7 @@ class Executable:
                 ch.send(core_key, q, msg)
             vals = msg[1:]
             if len(vals) != n:
-                raise XtpuRuntimeError(
-                    f"channel '{key}' carried {len(vals)} values, expected {n}", replica=r, key=key
-                )
+                raise XtpuRuntimeError(f"channel '{key}' carried {len(vals)} values, expected {n}", replica=r, key=key)
             for v, s in zip(vals, specs):
                 if tuple(np.shape(v)) != s.shape:
                     raise XtpuRuntimeError(
@@ -531,7 +557,7 @@ class Executable:
         with blas_budget.limit(len(tasks)):
             results = run_workers(tasks, self.abort)
         if self.world is not None:  # only this rank's replicas ran
-            results = self._all_replicas([tuple(results[i * C:(i + 1) * C]) for i in range(len(self.local_replicas))])
+            results = self._all_replicas([tuple(results[i * C : (i + 1) * C]) for i in range(len(self.local_replicas))])
             results = [None if cores is None else cores[c] for cores in results for c in range(C)]
         outs = []
         for j, assemble in enumerate(self._output_assemblers):
@@ -563,8 +589,9 @@ class Executable:
         (runtime/sequential.py): 1 (sequential), the replicas' count (a
         thread each), or in between (each thread runs a block of replicas).  Under MPI, a rank runs a thread per replica and gives BLAS
         the threads of this choice, as one process would."""
-        return sequential.replica_threads(self.num_replicas, self._sequential_reason, self._preferred_threads,
-                                          self._groups_ok)
+        return sequential.replica_threads(
+            self.num_replicas, self._sequential_reason, self._preferred_threads, self._groups_ok
+        )
 
     def _run_threads(self, flat: tuple, blas_workers: int) -> Any:
         """A thread per replica; BLAS threads as for ``blas_workers``
@@ -577,8 +604,9 @@ class Executable:
             tasks.append((f"device replica {r}", lambda r=r, args=args: self._device_task(r, args)))
         with blas_budget.limit(blas_workers):
             results = run_workers(tasks, self.abort)
-        return _by_output(self._all_replicas(results, getattr(self, "_shared_outputs", None)), n,
-                          self._outputs_per_replica)
+        return _by_output(
+            self._all_replicas(results, getattr(self, "_shared_outputs", None)), n, self._outputs_per_replica
+        )
 
     @property
     def replica_execution(self) -> tuple[str, str]:
@@ -612,19 +640,30 @@ class Executable:
             if groups is None:  # a collective the threads reject at run time fails here: they name the replica
                 groups = self._grouped[threads] = self._build_groups(threads)
             if debug:
-                _log.debug("run: %d replicas on %d thread%s: %s", n, threads, "s" if threads > 1 else "",
-                           "; ".join(f"replicas {b}" for b, _, _ in groups))
+                _log.debug(
+                    "run: %d replicas on %d thread%s: %s",
+                    n,
+                    threads,
+                    "s" if threads > 1 else "",
+                    "; ".join(f"replicas {b}" for b, _, _ in groups),
+                )
                 t0 = time.perf_counter()
             with blas_budget.limit(threads):
                 if threads == 1:
                     block, plan, kernels = groups[0]
-                    outs = [call_plan(plan, [tuple(flat[i * n + r] for r in block) for i in range(k)], kernels,
-                                      block, None)]
+                    outs = [
+                        call_plan(plan, [tuple(flat[i * n + r] for r in block) for i in range(k)], kernels, block, None)
+                    ]
                 else:
-                    tasks = [(f"device replicas {block[0]}-{block[-1]}",
-                              lambda block=block, plan=plan, kernels=kernels: call_plan(
-                                  plan, [tuple(flat[i * n + r] for r in block) for i in range(k)], kernels, block, None))
-                             for block, plan, kernels in groups]
+                    tasks = [
+                        (
+                            f"device replicas {block[0]}-{block[-1]}",
+                            lambda block=block, plan=plan, kernels=kernels: call_plan(
+                                plan, [tuple(flat[i * n + r] for r in block) for i in range(k)], kernels, block, None
+                            ),
+                        )
+                        for block, plan, kernels in groups
+                    ]
                     outs = run_workers(tasks, self.abort)
         except Exception as e:  # noqa: BLE001 - rerun with a thread per replica
             # Diverged: the replicas took different ways through a region
@@ -637,8 +676,13 @@ class Executable:
             # results (and no R threads each with every core's BLAS threads).
             return self._run_threads(flat, len(self.local_replicas))
         if debug:
-            _log.debug("run: %d replicas on %d thread%s finished in %.2f ms", n, threads, "s" if threads > 1 else "",
-                       (time.perf_counter() - t0) * 1e3)
+            _log.debug(
+                "run: %d replicas on %d thread%s finished in %.2f ms",
+                n,
+                threads,
+                "s" if threads > 1 else "",
+                (time.perf_counter() - t0) * 1e3,
+            )
         per_replica = [tuple(o[j] for o in out) for (block, _, _), out in zip(groups, outs) for j in range(len(block))]
         return _by_output(per_replica, n, m)
 
@@ -652,10 +696,16 @@ class Executable:
             plan = plans.get(len(block))
             if plan is None:
                 plan = plans[len(block)] = Plan(
-                    self.replicate.body.block, f"device_replicas_{len(block)}", replicas=len(block),
-                    together=lambda op: isinstance(op, sequential.COLLECTIVES))
-            kernels = plan.kernels(lambda op, j=0, w=w, block=block: self._block_collective(op, w, blocks)
-                                   if j is None else self._device_kernel(op, block[j]))
+                    self.replicate.body.block,
+                    f"device_replicas_{len(block)}",
+                    replicas=len(block),
+                    together=lambda op: isinstance(op, sequential.COLLECTIVES),
+                )
+            kernels = plan.kernels(
+                lambda op, j=0, w=w, block=block: (
+                    self._block_collective(op, w, blocks) if j is None else self._device_kernel(op, block[j])
+                )
+            )
             out.append((block, plan, kernels))
         return out
 
@@ -673,7 +723,7 @@ class Executable:
             res = kernel([v for part in parts for v in part])
             out, i = [], 0
             for size in sizes:
-                out.append(tuple(res[i:i + size]))
+                out.append(tuple(res[i : i + size]))
                 i += size
             return out
 
@@ -687,8 +737,9 @@ class Executable:
         local replica whose output ``j`` is the same (an all-reduce's)."""
         if self.world is None:
             return local
-        return self.world.all_replicas(dict(zip(self.local_replicas, local)), self.num_replicas,
-                                       self.timeout, self.abort, shared)
+        return self.world.all_replicas(
+            dict(zip(self.local_replicas, local)), self.num_replicas, self.timeout, self.abort, shared
+        )
 
     def run(self, args: Sequence[Any], checked: bool = False) -> list[np.ndarray]:
         """Run ``@main`` on its flat arguments; returns its flat results as
@@ -756,7 +807,7 @@ class Executable:
                 if self.world is not None:
                     self.world.failed(err if isinstance(err, BaseException) else Aborted(None))
                 if isinstance(err, BaseException) and not isinstance(err, Aborted):
-                    raise err
+                    raise err  # noqa: B904 - the host worker's own error, as it was raised
                 raise
             except BaseException as exc:
                 self.abort.abort(None)  # stop host workers still busy
@@ -778,8 +829,10 @@ class Executable:
         """``args`` with each None replaced by a zero of that argument's
         shape and dtype (no memory: a broadcast scalar): the arguments a
         local pool's worker does not use are not sent to it."""
-        return [np.broadcast_to(np.zeros((), dtype), shape) if a is None else a
-                for a, (shape, dtype, _) in zip(args, self._arg_specs)]
+        return [
+            np.broadcast_to(np.zeros((), dtype), shape) if a is None else a
+            for a, (shape, dtype, _) in zip(args, self._arg_specs)
+        ]
 
     def close(self) -> None:
         """End the host workers (also done when the executable is collected);
@@ -801,7 +854,9 @@ def _shardings(rep: tpu.ReplicateOp, name: str, count: int, what: str) -> list[S
     for i, a in enumerate(attr.data):
         s = a.sharding
         if s.kind == "manual":
-            raise ValueError(f"{what} {i} of tpu.replicate has a manual sharding, which the runtime cannot split or assemble")
+            raise ValueError(
+                f"{what} {i} of tpu.replicate has a manual sharding, which the runtime cannot split or assemble"
+            )
         if s.kind == "tiled" and s.num_devices != rep.num_cores:
             raise ValueError(
                 f"{what} {i} of tpu.replicate has sharding {s} over {s.num_devices} devices, "
@@ -940,9 +995,16 @@ class _ParticipantKernels:
 #: communicator, the replica's id, infeed) or is refused on the device:
 #: :meth:`Executable._device_kernel` handles them; every other op runs its
 #: numpy kernel.
-_RUNTIME_OPS = sequential.COLLECTIVES + (tpu.SendToHostOp, tpu.RecvFromHostOp, tpu.ReplicaIdOp, InfeedDequeueTupleOp,
-                                         tpu.LogicalCoreIdOp, tpu.ShardingConstraintOp, tpu.RecvAtHostOp,
-                                         tpu.SendFromHostOp)
+_RUNTIME_OPS = sequential.COLLECTIVES + (
+    tpu.SendToHostOp,
+    tpu.RecvFromHostOp,
+    tpu.ReplicaIdOp,
+    InfeedDequeueTupleOp,
+    tpu.LogicalCoreIdOp,
+    tpu.ShardingConstraintOp,
+    tpu.RecvAtHostOp,
+    tpu.SendFromHostOp,
+)
 _needs_runtime_cache: dict[type, bool] = {}
 
 
@@ -1085,7 +1147,7 @@ def _all_reduced_outputs(exe: Executable) -> list | None:
     term = exe.replicate.body.block.last_op
     R, local, w = exe.num_replicas, set(exe.local_replicas), exe.world
     out: list = []
-    for v in (term.operands if term is not None else ()):
+    for v in term.operands if term is not None else ():
         owner = getattr(v, "op", None)
         donors = None
         if isinstance(owner, ccl.AllReduceOp):

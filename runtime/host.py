@@ -42,7 +42,6 @@ from xtpu.runtime.errors import Aborted, XtpuRuntimeError
 from xtpu.runtime.plan import Plan, call_plan, running_op
 from xtpu.runtime.workers import AbortSignal
 
-
 _log = logging.getLogger("xtpu.runtime")
 
 # Outcomes of HostWorker._serve_message besides None.
@@ -84,8 +83,7 @@ def runs_inline(block) -> bool:
         elif isinstance(op, PrimitiveOp):
             if getattr(type(op), "HOST_ONLY", False):
                 return False
-        elif not (isinstance(op, (tpu.SendFromHostOp, tpu.ReplicaIdOp) + CONSTANT_OPS)
-                  or op.has_trait(IsTerminator)):
+        elif not (isinstance(op, (tpu.SendFromHostOp, tpu.ReplicaIdOp) + CONSTANT_OPS) or op.has_trait(IsTerminator)):
             return False
         for v in op.results:
             try:
@@ -360,9 +358,7 @@ class HostWorker:
                 # else: left behind by an aborted run
             vals = msg[1:]
             if len(vals) != n:
-                raise XtpuRuntimeError(
-                    f"channel '{key}' carried {len(vals)} values, expected {n}", replica=r, key=key
-                )
+                raise XtpuRuntimeError(f"channel '{key}' carried {len(vals)} values, expected {n}", replica=r, key=key)
             return None if n == 0 else (vals[0] if n == 1 else vals)
 
         return recv

@@ -20,7 +20,8 @@ import queue
 import threading
 import time
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from xtpu.runtime.workers import resolve_timeout
 
 _POLL = 0.05  # seconds between checks of the abort signal while waiting
 
-_registry: "weakref.WeakValueDictionary[str, Infeed]" = weakref.WeakValueDictionary()
+_registry: weakref.WeakValueDictionary[str, Infeed] = weakref.WeakValueDictionary()
 _names = itertools.count(1)
 _lock = threading.Lock()
 
@@ -42,8 +43,9 @@ class Infeed:
       shapes, dtypes: what each tuple element must be (per replica).
     """
 
-    def __init__(self, name: str, num_replicas: int, shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str],
-                 capacity: int = 2):
+    def __init__(
+        self, name: str, num_replicas: int, shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str], capacity: int = 2
+    ):
         if capacity < 1:
             raise ValueError(f"infeed capacity must be at least 1, got {capacity}")
         with _lock:
@@ -90,7 +92,8 @@ class Infeed:
             raise RuntimeTimeoutError(
                 f"infeed '{self.name}': replica {replica}'s queue stayed full for {resolve_timeout(timeout)} s "
                 "(no step dequeued from it)",
-                replica=replica, key=self.name,
+                replica=replica,
+                key=self.name,
             ) from None
 
     def dequeue_kernel(self, replica: int, timeout: float, abort: Any) -> Callable[[], Any]:
@@ -109,7 +112,9 @@ class Infeed:
                         raise RuntimeTimeoutError(
                             f"timed out after {timeout} s waiting for a tuple in infeed queue '{name}' "
                             "(nothing was enqueued for this replica)",
-                            replica=replica, op="tpu.infeed_dequeue_tuple", key=name,
+                            replica=replica,
+                            op="tpu.infeed_dequeue_tuple",
+                            key=name,
                         ) from None
                     continue
                 return values[0] if len(values) == 1 else tuple(values)

@@ -35,8 +35,9 @@ import pickle
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from time import monotonic
-from typing import Any, Sequence
+from typing import Any
 
 from .errors import Aborted, RuntimeTimeoutError, XtpuRuntimeError
 from .heap import keep_heap
@@ -69,9 +70,7 @@ def import_mpi():
             "`mpiexec -n P python script.py`"
         ) from exc
     except RuntimeError as exc:  # mpi4py installed without a loadable libmpi
-        raise ImportError(
-            f"mpi4py cannot load an MPI library ({exc}); `pip install mpich` provides one"
-        ) from exc
+        raise ImportError(f"mpi4py cannot load an MPI library ({exc}); `pip install mpich` provides one") from exc
     return MPI
 
 
@@ -250,16 +249,23 @@ class World:
         if not new:
             return
         made = [self.comm.Idup() for _ in new]
-        self.wait({0: [req for _, req in made]}, monotonic() + timeout, abort_signal,
-                  lambda missing: f"timed out after {timeout} s creating the communicators of the "
-                  f"program's replica groups: not every rank compiled it (rank {self.rank} of {self.size})")
+        self.wait(
+            {0: [req for _, req in made]},
+            monotonic() + timeout,
+            abort_signal,
+            lambda missing: (
+                f"timed out after {timeout} s creating the communicators of the "
+                f"program's replica groups: not every rank compiled it (rank {self.rank} of {self.size})"
+            ),
+        )
         for k, (comm, _) in zip(new, made):
             self._groups[k] = comm
 
     # -- exchanging objects ---------------------------------------------------------------
 
-    def exchange(self, obj: Any, peers: Sequence[int], timeout: float, what: str,
-                 abort_signal=None, tag: int = _TAG_OUTPUTS) -> dict[int, Any]:
+    def exchange(
+        self, obj: Any, peers: Sequence[int], timeout: float, what: str, abort_signal=None, tag: int = _TAG_OUTPUTS
+    ) -> dict[int, Any]:
         """Send ``obj`` (pickled) to each of ``peers`` and receive theirs.
 
         Returns ``{peer: obj}``. Raises as :meth:`wait` does; the timeout
@@ -268,26 +274,44 @@ class World:
         deadline = monotonic() + timeout
         data, sends = self._isend(obj, peers, tag)
         got = self.receive_from(peers, timeout, what, abort_signal, tag, deadline)
-        self.wait({p: [s] for p, s in zip(peers, sends)}, deadline, abort_signal,
-                  lambda missing: f"timed out after {timeout} s sending {what} to ranks {missing}")
+        self.wait(
+            {p: [s] for p, s in zip(peers, sends)},
+            deadline,
+            abort_signal,
+            lambda missing: f"timed out after {timeout} s sending {what} to ranks {missing}",
+        )
         return got
 
-    def send_to(self, obj: Any, peer: int, timeout: float, what: str, abort_signal=None,
-                tag: int = _TAG_OUTPUTS, comm=None) -> None:
+    def send_to(
+        self, obj: Any, peer: int, timeout: float, what: str, abort_signal=None, tag: int = _TAG_OUTPUTS, comm=None
+    ) -> None:
         """Send ``obj`` (pickled) to ``peer`` (on ``comm``, default the
         job's) and wait until it is sent."""
         data, sends = self._isend(obj, [peer], tag, comm)
-        self.wait({peer: sends}, monotonic() + timeout, abort_signal,
-                  lambda missing: f"timed out after {timeout} s sending {what} to rank {peer} "
-                  f"(rank {self.rank} of {self.size})")
+        self.wait(
+            {peer: sends},
+            monotonic() + timeout,
+            abort_signal,
+            lambda missing: (
+                f"timed out after {timeout} s sending {what} to rank {peer} (rank {self.rank} of {self.size})"
+            ),
+        )
 
     def _isend(self, obj: Any, peers: Sequence[int], tag: int, comm=None) -> tuple[bytes, list]:
         data = pickle.dumps(obj, protocol=5)
         comm = self.comm if comm is None else comm
         return data, [comm.Isend([data, self.MPI.BYTE], dest=p, tag=tag) for p in peers]
 
-    def receive_from(self, peers: Sequence[int], timeout: float, what: str, abort_signal=None,
-                     tag: int = _TAG_OUTPUTS, deadline: float | None = None, comm=None) -> dict[int, Any]:
+    def receive_from(
+        self,
+        peers: Sequence[int],
+        timeout: float,
+        what: str,
+        abort_signal=None,
+        tag: int = _TAG_OUTPUTS,
+        deadline: float | None = None,
+        comm=None,
+    ) -> dict[int, Any]:
         """One pickled object from each of ``peers`` (on ``comm``, default
         the job's): ``{peer: obj}``. Raises as :meth:`wait` does; the
         timeout names the ranks whose ``what`` never arrived."""
@@ -319,8 +343,9 @@ class World:
             pause()
         return got
 
-    def all_replicas(self, local: dict[int, Any], num_replicas: int, timeout: float,
-                     abort_signal=None, shared: list | None = None) -> list:
+    def all_replicas(
+        self, local: dict[int, Any], num_replicas: int, timeout: float, abort_signal=None, shared: list | None = None
+    ) -> list:
         """Per-replica results ``[replica] -> value`` of every replica, from
         this rank's ``{replica: value}``: exchanged with every other rank
         (``outputs == "all"``), or None for other ranks' replicas
@@ -338,8 +363,7 @@ class World:
             return out
         send = local
         if shared is not None:
-            send = {r: tuple(None if shared[j] is not None else x for j, x in enumerate(v))
-                    for r, v in local.items()}
+            send = {r: tuple(None if shared[j] is not None else x for j, x in enumerate(v)) for r, v in local.items()}
         peers = [p for p in range(self.size) if p != self.rank]
         if self.pool:
             if self.rank != 0:
@@ -432,8 +456,13 @@ def world() -> World | None:
     return _world
 
 
-def initialize(comm=None, outputs: str | None = None, abort_on_error: bool = True,
-               num_processes: int | None = None, pool: bool = False) -> World:
+def initialize(
+    comm=None,
+    outputs: str | None = None,
+    abort_on_error: bool = True,
+    num_processes: int | None = None,
+    pool: bool = False,
+) -> World:
     """Start (or reconfigure) the MPI backend in this process; idempotent.
 
     Args:
@@ -486,9 +515,7 @@ def initialize(comm=None, outputs: str | None = None, abort_on_error: bool = Tru
         else:
             _world.outputs = _check_outputs(outputs)
             if num_processes is not None and num_processes != _world.size:
-                raise ValueError(
-                    f"num_processes={num_processes} but xtpu already runs on {_world.size} processes"
-                )
+                raise ValueError(f"num_processes={num_processes} but xtpu already runs on {_world.size} processes")
     return _world
 
 

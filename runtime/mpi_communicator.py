@@ -19,17 +19,17 @@ communicator then could deadlock ranks that reach it in different orders.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from time import monotonic
-from typing import Iterable, Sequence
 
 import numpy as np
 
 from .communicator import (
     REDUCTIONS,
     ThreadCommunicator,
-    _readonly,
     _fmt_group,
     _fmt_operand,
+    _readonly,
     normalize_replica_groups,
     normalize_source_target_pairs,
     permute_components,
@@ -119,8 +119,15 @@ class HybridCommunicator(ThreadCommunicator):
             see.
     """
 
-    def __init__(self, world: World, num_participants: int, abort_signal: AbortSignal,
-                 timeout: float | None = None, *, cores_per_replica: int = 1) -> None:
+    def __init__(
+        self,
+        world: World,
+        num_participants: int,
+        abort_signal: AbortSignal,
+        timeout: float | None = None,
+        *,
+        cores_per_replica: int = 1,
+    ) -> None:
         super().__init__(num_participants, abort_signal, timeout, cores_per_replica=cores_per_replica)
         self.world = world
         C = self.cores_per_replica
@@ -140,8 +147,11 @@ class HybridCommunicator(ThreadCommunicator):
 
     # -- groups -------------------------------------------------------------------
 
-    def prepare(self, replica_groups_list: Iterable[Sequence[Sequence[int]] | None],
-                permute_pairs_list: Iterable[Sequence[Sequence[int]]] = ()) -> None:
+    def prepare(
+        self,
+        replica_groups_list: Iterable[Sequence[Sequence[int]] | None],
+        permute_pairs_list: Iterable[Sequence[Sequence[int]]] = (),
+    ) -> None:
         """Create the communicators of the given collectives' groups that
         span ranks; call on every rank with the same lists (the executor does,
         once per compiled program). Collective over all ranks.
@@ -182,11 +192,7 @@ class HybridCommunicator(ThreadCommunicator):
             )
         mine = [i for i, p in enumerate(group) if self.owner[p] == me]
         local = super()._rv(("local",) + _comm_key(key), tuple(group[i] for i in mine))
-        peers = [
-            (q, q, [i for i, p in enumerate(group) if self.owner[p] == q])
-            for q in ranks
-            if q != me
-        ]
+        peers = [(q, q, [i for i, p in enumerate(group) if self.owner[p] == q]) for q in ranks if q != me]
         span = _Span(tuple(group), local, mine, peers, comm)
         with self._lock:
             return self._spans.setdefault(key, span)
@@ -272,9 +278,9 @@ class HybridCommunicator(ThreadCommunicator):
                 raise XtpuRuntimeError(f"{op}: operands of dtype {dtype} cannot be sent between ranks")
             bufs = span.buffers = self._buffers(span, shape, dtype, len(values))
         _, mine, recvs, template, persistent, header, header_recvs, sent_header = bufs
-        header[_STAMP_AT:_STAMP_AT + _STAMP_BYTES] = self._stamp
+        header[_STAMP_AT : _STAMP_AT + _STAMP_BYTES] = self._stamp
         if sent_header is not None:
-            sent_header[_STAMP_AT:_STAMP_AT + _STAMP_BYTES] = self._stamp
+            sent_header[_STAMP_AT : _STAMP_AT + _STAMP_BYTES] = self._stamp
         full = list(template)  # views of the receive buffers at the peers' positions
         testall = MPI.Request.Testall
         if persistent is not None:  # small: header and operands in one message (persistent requests)
@@ -331,7 +337,7 @@ class HybridCommunicator(ThreadCommunicator):
         of different shapes or dtypes, naming each member's operand and rank."""
         me = self._stamp.tobytes()
         for (_, q, _), recv in zip(span.peers, header_recvs):
-            theirs = bytes(recv[_STAMP_AT:_STAMP_AT + _STAMP_BYTES])
+            theirs = bytes(recv[_STAMP_AT : _STAMP_AT + _STAMP_BYTES])
             if theirs != me:
                 raise XtpuRuntimeError(
                     f"{op} of group {_fmt_group(span.group)}: rank {q} sent the operands of {_call_name(theirs)} "
@@ -344,11 +350,10 @@ class HybridCommunicator(ThreadCommunicator):
             text = bytes(recv[:_STAMP_AT]).rstrip(b"\0").decode(errors="replace")
             for i in positions:
                 described[i], rank_of[i] = text, q
-        desc = ", ".join(f"{self._name(span.group[i])} (rank {rank_of[i]}) has {described[i]}"
-                         for i in range(len(span.group)))
-        raise XtpuRuntimeError(
-            f"mismatched operands in {op} of group {_fmt_group(span.group)}: {desc}"
+        desc = ", ".join(
+            f"{self._name(span.group[i])} (rank {rank_of[i]}) has {described[i]}" for i in range(len(span.group))
         )
+        raise XtpuRuntimeError(f"mismatched operands in {op} of group {_fmt_group(span.group)}: {desc}")
 
     def _buffers(self, span: _Span, shape, dtype, count: int) -> tuple:
         """The buffers of ``span`` for ``count`` local operands of ``shape,
@@ -363,7 +368,7 @@ class HybridCommunicator(ThreadCommunicator):
         MPI = self.world.MPI
         header = np.zeros(_HEADER_BYTES, np.uint8)
         text = f"{dtype}{list(shape)}".encode()[:_STAMP_AT]  # as _fmt_operand
-        header[:len(text)] = np.frombuffer(text, np.uint8)
+        header[: len(text)] = np.frombuffer(text, np.uint8)
         one = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         small = count * one <= _PERSISTENT_BYTES
         skip = _HEADER_BYTES if small else 0
@@ -398,14 +403,16 @@ class HybridCommunicator(ThreadCommunicator):
         """Wait for the exchange's requests (two per peer, in peer order):
         within the timeout, and ending early when another rank fails or the
         run is aborted."""
-        pending = {q: requests[2 * j:2 * j + 2] for j, (_, q, _) in enumerate(span.peers)}
+        pending = {q: requests[2 * j : 2 * j + 2] for j, (_, q, _) in enumerate(span.peers)}
         C = self.cores_per_replica
 
         def describe(missing):
             who = {q: sorted({span.group[i] // C for i in pos}) for _, q, pos in span.peers}
             names = "; ".join(f"rank {q} (replicas {who[q]})" for q in missing)
-            return (f"timed out after {self.timeout} s in {op} of group {_fmt_group(span.group)} "
-                    f"on rank {self.world.rank}: {names} never sent their operands")
+            return (
+                f"timed out after {self.timeout} s in {op} of group {_fmt_group(span.group)} "
+                f"on rank {self.world.rank}: {names} never sent their operands"
+            )
 
         try:
             self.world.wait(pending, monotonic() + self.timeout, self.abort_signal, describe)
@@ -437,11 +444,22 @@ class MPICommunicator(HybridCommunicator):
         ImportError: mpi4py or an MPI library is missing.
     """
 
-    def __init__(self, comm=None, abort_signal: AbortSignal | None = None, timeout: float | None = None, *,
-                 num_participants: int | None = None, cores_per_replica: int = 1) -> None:
+    def __init__(
+        self,
+        comm=None,
+        abort_signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        *,
+        num_participants: int | None = None,
+        cores_per_replica: int = 1,
+    ) -> None:
         world = World(comm)  # its own communicators and error channel
-        super().__init__(world, world.size if num_participants is None else num_participants,
-                         abort_signal if abort_signal is not None else AbortSignal(), timeout,
-                         cores_per_replica=cores_per_replica)
+        super().__init__(
+            world,
+            world.size if num_participants is None else num_participants,
+            abort_signal if abort_signal is not None else AbortSignal(),
+            timeout,
+            cores_per_replica=cores_per_replica,
+        )
         self.rank = world.rank
         self._lazy = True

@@ -32,7 +32,6 @@ import pickle
 import sys
 import threading
 import time
-from typing import Any
 
 from . import mpi as _mpi
 
@@ -77,7 +76,7 @@ class Pool:
     their buffers are kept until sent.
     """
 
-    def __init__(self, world: "_mpi.World", worker_pids: list[int]) -> None:
+    def __init__(self, world: _mpi.World, worker_pids: list[int]) -> None:
         self.world = world
         #: The workers' process ids, rank 1 first.
         self.worker_pids = list(worker_pids)
@@ -122,8 +121,9 @@ class Pool:
         if ranks is None:
             self._send((_RUN, pid, args, outputs))
             return
-        self._send(None, lambda p: (_RUN, pid, [a if r is None or p in r else None for a, r in zip(args, ranks)],
-                                    outputs))
+        self._send(
+            None, lambda p: (_RUN, pid, [a if r is None or p in r else None for a, r in zip(args, ranks)], outputs)
+        )
 
     def drop(self, pid: int) -> None:
         """Forget program ``pid`` on the workers (its executable was collected)."""
@@ -161,7 +161,7 @@ def _parent_alive(pid: int) -> bool:
     return True
 
 
-def _next_command(world: "_mpi.World", parent_pid: int) -> tuple:
+def _next_command(world: _mpi.World, parent_pid: int) -> tuple:
     """Wait for rank 0's next command, polling; exit the process when rank
     0's process is gone."""
     MPI = world.MPI
@@ -194,7 +194,7 @@ def _pack(msg: tuple) -> tuple[bytes, list]:
     return pickle.dumps((head, [r.nbytes for r in raws]), protocol=5), raws
 
 
-def serve(world: "_mpi.World", parent_pid: int) -> None:
+def serve(world: _mpi.World, parent_pid: int) -> None:
     """A worker's loop: compile the programs rank 0 ships, run them when it
     says so (errors reach rank 0 through the error channel), until exit."""
     from xtpu.pipeline import parse_module

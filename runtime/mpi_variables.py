@@ -24,8 +24,9 @@ rank's host code is done.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from time import monotonic
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .errors import Aborted, RuntimeTimeoutError
 
@@ -49,8 +50,14 @@ class VariableService:
             this rank's copy.
     """
 
-    def __init__(self, world: Any, kernels: Sequence[Callable[..., Any]], names: Sequence[str],
-                 read: Callable[[str], Any], write: Callable[[str, Any], None]) -> None:
+    def __init__(
+        self,
+        world: Any,
+        kernels: Sequence[Callable[..., Any]],
+        names: Sequence[str],
+        read: Callable[[str], Any],
+        write: Callable[[str, Any], None],
+    ) -> None:
         self.world = world
         self.kernels = list(kernels)
         self.names = list(dict.fromkeys(names))
@@ -63,13 +70,16 @@ class VariableService:
 
     def remote_kernel(self, index: int, timeout: float, abort_signal) -> Callable[..., Any]:
         """The kernel of op ``index`` on a rank other than 0: rank 0 runs it."""
+
         def run(*xs: Any) -> Any:
             w = self.world
             with self._lock:
-                w.send_to((index, xs), 0, timeout, "a host variable update", abort_signal,
-                          tag=_TAG_REQUEST, comm=w.var_comm)
-                return w.receive_from([0], timeout, "the host variable's value", abort_signal,
-                                      tag=_TAG_REPLY, comm=w.var_comm)[0]
+                w.send_to(
+                    (index, xs), 0, timeout, "a host variable update", abort_signal, tag=_TAG_REQUEST, comm=w.var_comm
+                )
+                return w.receive_from(
+                    [0], timeout, "the host variable's value", abort_signal, tag=_TAG_REPLY, comm=w.var_comm
+                )[0]
 
         return run
 
@@ -81,8 +91,9 @@ class VariableService:
         w.send_to((_DONE, ()), 0, timeout, "the end of its run", abort_signal, tag=_TAG_REQUEST, comm=w.var_comm)
         if w.pool:
             return
-        values = w.receive_from([0], timeout, "the host variables' values", abort_signal,
-                                tag=_TAG_VALUES, comm=w.var_comm)[0]
+        values = w.receive_from(
+            [0], timeout, "the host variables' values", abort_signal, tag=_TAG_VALUES, comm=w.var_comm
+        )[0]
         for name, value in values.items():
             self.write(name, value)
 
@@ -110,13 +121,21 @@ class VariableService:
             while left:
                 if w.var_comm.Iprobe(source=MPI.ANY_SOURCE, tag=_TAG_REQUEST, status=status):
                     src = status.Get_source()
-                    index, xs = w.receive_from([src], timeout, "a host variable update", abort_signal,
-                                               tag=_TAG_REQUEST, comm=w.var_comm)[src]
+                    index, xs = w.receive_from(
+                        [src], timeout, "a host variable update", abort_signal, tag=_TAG_REQUEST, comm=w.var_comm
+                    )[src]
                     if index == _DONE:
                         left.discard(src)
                     else:
-                        w.send_to(self.kernels[index](*xs), src, timeout, "a host variable's value",
-                                  abort_signal, tag=_TAG_REPLY, comm=w.var_comm)
+                        w.send_to(
+                            self.kernels[index](*xs),
+                            src,
+                            timeout,
+                            "a host variable's value",
+                            abort_signal,
+                            tag=_TAG_REPLY,
+                            comm=w.var_comm,
+                        )
                     pause = _Pause()
                     deadline = monotonic() + timeout
                     continue
@@ -144,8 +163,9 @@ class VariableService:
             return
         values = {name: self.read(name) for name in self.names}
         for peer in range(1, w.size):
-            w.send_to(values, peer, timeout, "the host variables' values", abort_signal,
-                      tag=_TAG_VALUES, comm=w.var_comm)
+            w.send_to(
+                values, peer, timeout, "the host variables' values", abort_signal, tag=_TAG_VALUES, comm=w.var_comm
+            )
 
     def stop_serving(self) -> None:
         """After a failed run on rank 0: let the server end (it watches the

@@ -14,7 +14,8 @@ from __future__ import annotations
 import itertools
 import time
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from xdsl.ir import Block, Operation, SSAValue
@@ -30,7 +31,7 @@ CONSTANT_OPS = (ConstantOp, StringConstantOp, IotaOp)
 #: Largest result a plan folds from constants (:meth:`Plan._fold`), bytes.
 FOLD_BYTES = 1 << 24
 #: A region op's kernel -> the ``(run, K)`` of its regions' plans.
-REGION_RUNNERS: "weakref.WeakKeyDictionary[Callable[..., Any], list]" = weakref.WeakKeyDictionary()
+REGION_RUNNERS: weakref.WeakKeyDictionary[Callable[..., Any], list] = weakref.WeakKeyDictionary()
 _UNSET = object()
 
 KernelFactory = Callable[[Operation], Callable[..., Any]]
@@ -42,8 +43,13 @@ def form_key(op: Operation) -> tuple:
     types.  Attributes are immutable and tracing shares equal ones, so ops
     with one key have one kernel; the identities hold while the module is
     alive (a plan or an executable being built)."""
-    return (type(op), tuple(map(id, op.properties.values())), tuple(map(id, op.attributes.values())),
-            tuple(map(id, op.result_types)), tuple(id(v.type) for v in op.operands))
+    return (
+        type(op),
+        tuple(map(id, op.properties.values())),
+        tuple(map(id, op.attributes.values())),
+        tuple(map(id, op.result_types)),
+        tuple(id(v.type) for v in op.operands),
+    )
 
 
 def pure_kernel(op: Operation) -> Callable[..., Any]:
@@ -76,8 +82,14 @@ class Plan:
       replicas: ``m``.
     """
 
-    def __init__(self, block: Block, name: str = "plan", captures: Sequence[SSAValue] = (),
-                 replicas: int = 1, together: Callable[[Operation], bool] | None = None):
+    def __init__(
+        self,
+        block: Block,
+        name: str = "plan",
+        captures: Sequence[SSAValue] = (),
+        replicas: int = 1,
+        together: Callable[[Operation], bool] | None = None,
+    ):
         self.block = block
         self.name = name
         self.replicas = m = int(replicas)
@@ -101,7 +113,9 @@ class Plan:
             names[a] = f"a{i}"
         lines = [f"def {_ident(name)}(args, K):"]
         if self.ops:
-            lines.append("    " + ", ".join(f"k{i}" for i in range(len(self.ops))) + (", = K" if len(self.ops) == 1 else " = K"))
+            lines.append(
+                "    " + ", ".join(f"k{i}" for i in range(len(self.ops))) + (", = K" if len(self.ops) == 1 else " = K")
+            )
         if inputs:
             lines.append("    " + ", ".join(names[a] for a in inputs) + (", = args" if len(inputs) == 1 else " = args"))
         self._line_of_op: dict[int, int] = {}
@@ -114,9 +128,16 @@ class Plan:
                 caps = free_values(op)
                 # A region op holding a together op runs together too, its
                 # regions' plans for all m replicas.
-                subs = [Plan(r.block, f"{name}_{i}_{j}", caps, replicas=m if together_op else 1,
-                             together=together if together_op else None)
-                        for j, r in enumerate(op.regions)]
+                subs = [
+                    Plan(
+                        r.block,
+                        f"{name}_{i}_{j}",
+                        caps,
+                        replicas=m if together_op else 1,
+                        together=together if together_op else None,
+                    )
+                    for j, r in enumerate(op.regions)
+                ]
                 self.regions[i] = (subs, caps)
                 operands += caps
             for operand in operands:
@@ -170,8 +191,9 @@ class Plan:
         self._code_name = filename
         _PLANS[filename] = self
 
-    def _emit_segments(self, lines: list[str], entries: list[tuple[int, list[str], list[str], bool]],
-                       rets: list[str]) -> None:
+    def _emit_segments(
+        self, lines: list[str], entries: list[tuple[int, list[str], list[str], bool]], rets: list[str]
+    ) -> None:
         """The body of a plan for ``m`` replicas: each run of ops between
         two together ops (a segment) is one loop over the replicas, running
         the whole segment for replica 0, then for replica 1, ...; a together
@@ -188,17 +210,24 @@ class Plan:
             if together_op or (n and entries[n - 1][3]):
                 seg += 1
             segment[n] = seg
-        defined = {out: segment[n] for n, (_, outs, _, together_op) in enumerate(entries) if not together_op
-                   for out in outs}
-        exported = {a for n, (_, _, args, _) in enumerate(entries) for a in args
-                    if a in defined and defined[a] != segment[n]} | {r for r in rets if r in defined}
+        defined = {
+            out: segment[n] for n, (_, outs, _, together_op) in enumerate(entries) if not together_op for out in outs
+        }
+        exported = {
+            a for n, (_, _, args, _) in enumerate(entries) for a in args if a in defined and defined[a] != segment[n]
+        } | {r for r in rets if r in defined}
         n = 0
         while n < len(entries):
             i, outs, args, together_op = entries[n]
             if together_op:
                 call = f"k{i}(" + ", ".join(args) + ")"
-                lines.append(f"    {call}" if not outs else f"    {outs[0]} = {call}" if len(outs) == 1
-                             else f"    ({', '.join(outs)},) = {call}")
+                lines.append(
+                    f"    {call}"
+                    if not outs
+                    else f"    {outs[0]} = {call}"
+                    if len(outs) == 1
+                    else f"    ({', '.join(outs)},) = {call}"
+                )
                 self._line_of_op[len(lines)] = i
                 n += 1
                 continue
@@ -286,10 +315,17 @@ class Plan:
         and the op's source line) or make an array over :data:`FOLD_BYTES`
         (kept for the plan's life; an op whose result type is over it is
         not evaluated at all)."""
-        if not (op.operands and all(v in constant_of for v in op.operands)  # cheap, and most often false
-                and isinstance(op, PrimitiveOp) and len(op.results) == 1
-                and op.name.startswith("hlo.") and op.has_trait(Pure)
-                and not type(op).HOST_ONLY and not type(op).SIDE_EFFECTS and not self._runs_together(op)):
+        if not (
+            op.operands
+            and all(v in constant_of for v in op.operands)  # cheap, and most often false
+            and isinstance(op, PrimitiveOp)
+            and len(op.results) == 1
+            and op.name.startswith("hlo.")
+            and op.has_trait(Pure)
+            and not type(op).HOST_ONLY
+            and not type(op).SIDE_EFFECTS
+            and not self._runs_together(op)
+        ):
             return False
         if _result_bytes(op) > FOLD_BYTES:  # not even evaluated (an outer product, a pad)
             return False
@@ -307,8 +343,11 @@ class Plan:
         whose regions hold a together op."""
         if self._leaf_together(op):
             return True
-        return bool(op.regions) and hasattr(type(op), "together_kernel") and any(
-            self._leaf_together(inner) for region in op.regions for inner in region.walk())
+        return (
+            bool(op.regions)
+            and hasattr(type(op), "together_kernel")
+            and any(self._leaf_together(inner) for region in op.regions for inner in region.walk())
+        )
 
     def failed_op(self, tb) -> Operation | None:
         """The op whose line raised, from a traceback through :attr:`run`:
@@ -360,7 +399,7 @@ def _ident(name: str) -> str:
 
 
 _plan_ids = itertools.count()
-_PLANS: "weakref.WeakValueDictionary[str, Plan]" = weakref.WeakValueDictionary()
+_PLANS: weakref.WeakValueDictionary[str, Plan] = weakref.WeakValueDictionary()
 
 
 def free_values(op: Operation) -> list[SSAValue]:
@@ -392,8 +431,9 @@ def op_location(op: Operation) -> str | None:
     return format_location(op.location)
 
 
-def call_plan(plan: Plan, args: Sequence[Any], K: tuple, replica: int | Sequence[int] | None,
-              cluster: str | None) -> tuple:
+def call_plan(
+    plan: Plan, args: Sequence[Any], K: tuple, replica: int | Sequence[int] | None, cluster: str | None
+) -> tuple:
     """Run ``plan`` and name the failing op on error; ``replica`` is the
     replica it runs for, or the replicas of a plan for several
     (``Plan.replicas``), position ``j`` running replica ``replica[j]``.
@@ -415,8 +455,13 @@ def call_plan(plan: Plan, args: Sequence[Any], K: tuple, replica: int | Sequence
         try:
             return plan.run(args, tr.instrumented(plan, K))
         finally:
-            name = (plan.name if replica is None else f"{plan.name} replica {replica}" if isinstance(replica, int)
-                    else f"{plan.name} replicas {list(replica)}")
+            name = (
+                plan.name
+                if replica is None
+                else f"{plan.name} replica {replica}"
+                if isinstance(replica, int)
+                else f"{plan.name} replicas {list(replica)}"
+            )
             tr.add(name, "plan", start, time.perf_counter(), {"cluster": cluster} if cluster is not None else None)
     except (Aborted, ChannelClosed, ReplicasDiverged):
         raise

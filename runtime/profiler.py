@@ -31,11 +31,12 @@ import json
 import os
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 __all__ = ["trace", "start_trace", "stop_trace", "is_tracing", "span"]
 
-_active: "_Trace | None" = None
+_active: _Trace | None = None
 _lock = threading.Lock()
 _files = itertools.count()
 
@@ -52,8 +53,15 @@ class _Trace:
     def add(self, name: str, cat: str, start: float, end: float, args: dict | None = None) -> None:
         t = threading.current_thread()
         tid = t.native_id or threading.get_ident()
-        ev = {"name": name, "cat": cat, "ph": "X", "pid": self.pid, "tid": tid,
-              "ts": (start - self.t0) * 1e6, "dur": (end - start) * 1e6}
+        ev = {
+            "name": name,
+            "cat": cat,
+            "ph": "X",
+            "pid": self.pid,
+            "tid": tid,
+            "ts": (start - self.t0) * 1e6,
+            "dur": (end - start) * 1e6,
+        }
         if args:
             ev["args"] = args
         self.events.append(ev)  # list.append is atomic under the GIL
@@ -81,8 +89,10 @@ class _Trace:
 
         # A plan for several replicas (the sequential mode) has a tuple of
         # the replicas' kernels per op.
-        wrapped = tuple(tuple(wrap(i, op, x) for x in k) if isinstance(k, tuple) else wrap(i, op, k)
-                        for i, (op, k) in enumerate(zip(plan.ops, K)))
+        wrapped = tuple(
+            tuple(wrap(i, op, x) for x in k) if isinstance(k, tuple) else wrap(i, op, k)
+            for i, (op, k) in enumerate(zip(plan.ops, K))
+        )
         self._wrapped[id(K)] = (K, wrapped)
         return wrapped
 
@@ -101,8 +111,10 @@ class _Trace:
     def write(self) -> str:
         os.makedirs(self.logdir, exist_ok=True)
         path = os.path.join(self.logdir, f"xtpu-{self.pid}-{next(_files)}.trace.json")
-        meta = [{"name": "thread_name", "ph": "M", "pid": self.pid, "tid": tid, "args": {"name": name}}
-                for tid, name in sorted(self.threads.items())]
+        meta = [
+            {"name": "thread_name", "ph": "M", "pid": self.pid, "tid": tid, "args": {"name": name}}
+            for tid, name in sorted(self.threads.items())
+        ]
         meta.append({"name": "process_name", "ph": "M", "pid": self.pid, "args": {"name": "xtpu"}})
         with open(path, "w") as f:
             json.dump({"traceEvents": meta + self.events, "displayTimeUnit": "ms"}, f)
@@ -165,7 +177,7 @@ def span(name: str, cat: str, args: dict | None = None) -> Iterator[None]:
         tr.add(name, cat, start, time.perf_counter(), args)
 
 
-def active() -> "_Trace | None":
+def active() -> _Trace | None:
     return _active
 
 

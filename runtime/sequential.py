@@ -54,7 +54,8 @@ user's source line.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from xdsl.ir import Operation
@@ -78,6 +79,7 @@ __all__ = [
 
 #: The collectives, run once for all replicas in the sequential mode.
 COLLECTIVES = (ccl.AllReduceOp, ccl.AllGatherOp, ccl.ReduceScatterOp, ccl.AllToAllOp, ccl.CollectivePermuteOp)
+
 
 def set_inter_op_parallelism_threads(num_threads: int) -> None:
     """TF's ``tf.config.threading.set_inter_op_parallelism_threads``: the
@@ -226,7 +228,7 @@ def blocks(replicas: Sequence[int], threads: int) -> list[list[int]]:
     out, i = [], 0
     for w in range(threads):
         size = q + (1 if w < r else 0)
-        out.append(list(replicas[i:i + size]))
+        out.append(list(replicas[i : i + size]))
         i += size
     return out
 
@@ -276,16 +278,20 @@ def together_kernel(op: Operation, num_replicas: int) -> Callable[[Sequence[Any]
     elif isinstance(op, ccl.AllGatherOp):
         dim = p["all_gather_dim"]
         compute = lambda vals, order: _comm.all_gather_results(  # noqa: E731
-            vals, _comm._check_dim(name, "dim", dim, vals[0], None))
+            vals, _comm._check_dim(name, "dim", dim, vals[0], None)
+        )
     elif isinstance(op, ccl.ReduceScatterOp):
         dim, reduction = p["scatter_dimension"], p["computation"]
         compute = lambda vals, order: _comm.reduce_scatter_results(  # noqa: E731
-            vals, order, reduction, _comm._check_dim(name, "dim", dim, vals[0], len(vals)))
+            vals, order, reduction, _comm._check_dim(name, "dim", dim, vals[0], len(vals))
+        )
     elif isinstance(op, ccl.AllToAllOp):
         split, concat = p["split_dimension"], p["concat_dimension"]
         compute = lambda vals, order: _comm.all_to_all_results(  # noqa: E731
-            vals, _comm._check_dim(name, "split_dimension", split, vals[0], len(vals)),
-            _comm._check_dim(name, "concat_dimension", concat, vals[0], None))
+            vals,
+            _comm._check_dim(name, "split_dimension", split, vals[0], len(vals)),
+            _comm._check_dim(name, "concat_dimension", concat, vals[0], None),
+        )
     else:
         raise NotImplementedError(f"'{name}' has no sequential kernel")
 

@@ -31,8 +31,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .errors import Aborted, RuntimeTimeoutError, XtpuRuntimeError
 
@@ -66,9 +67,7 @@ def default_timeout() -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(
-            f"XTPU_TIMEOUT must be a number of seconds, got {raw!r}"
-        ) from None
+        raise ValueError(f"XTPU_TIMEOUT must be a number of seconds, got {raw!r}") from None
     if not value > 0:
         raise ValueError(f"XTPU_TIMEOUT must be positive, got {raw!r}")
     return value
@@ -203,9 +202,7 @@ class _PoolThread:
         self.go = threading.Lock()
         self.go.acquire()
         self.job: Callable[[_PoolThread], None] | None = None
-        self.thread = threading.Thread(
-            target=self._loop, name=f"xtpu-worker-{index}", daemon=True
-        )
+        self.thread = threading.Thread(target=self._loop, name=f"xtpu-worker-{index}", daemon=True)
         self.thread.start()
         _log.debug("worker thread xtpu-worker-%d started", index)
 
@@ -363,7 +360,6 @@ class _Call:
                 return
             self._finish(index)
 
-
     def run_inline(self) -> None:
         """Run pending tasks in the calling thread (no thread hand-off).
 
@@ -500,8 +496,7 @@ def _run_workers(tasks, abort_signal, timeout, abort_grace, eager_threads, inlin
         if timeout is None:
             woke = call.wake.acquire()
         else:
-            woke = call.wake.acquire(
-                timeout=min(resolve_timeout(timeout), threading.TIMEOUT_MAX))
+            woke = call.wake.acquire(timeout=min(resolve_timeout(timeout), threading.TIMEOUT_MAX))
         if not woke:
             call.fail(_overall_timeout(call, timeout, describe), None)
         if call.remaining:
@@ -526,9 +521,7 @@ def _run_workers(tasks, abort_signal, timeout, abort_grace, eager_threads, inlin
         raise err
     if not isinstance(err, Exception):  # KeyboardInterrupt, SystemExit
         raise err
-    raise XtpuRuntimeError(
-        f"{call.error_name}: {type(err).__name__}: {err}"
-    ) from err
+    raise XtpuRuntimeError(f"{call.error_name}: {type(err).__name__}: {err}") from err
 
 
 def _overall_timeout(call: _Call, timeout: float, describe) -> RuntimeTimeoutError:
@@ -552,8 +545,7 @@ def _overall_timeout(call: _Call, timeout: float, describe) -> RuntimeTimeoutErr
         finally:
             del frame
     return RuntimeTimeoutError(
-        f"run did not finish within {timeout} s; unfinished workers: "
-        + ", ".join(repr(x) for x in names),
+        f"run did not finish within {timeout} s; unfinished workers: " + ", ".join(repr(x) for x in names),
         **ctx,
     )
 

@@ -24,7 +24,11 @@ def constant(value: Any, dtype: Any = None, shape: Any = None, name: str | None 
     """
     if isinstance(value, Tensor):
         return value if dtype is None else math_ops.cast(value, dtype)
-    arr = to_numpy(value, None if dtype is None else dtype_name(dtype)) if not isinstance(value, np.ndarray) else np.asarray(value)
+    arr = (
+        to_numpy(value, None if dtype is None else dtype_name(dtype))
+        if not isinstance(value, np.ndarray)
+        else np.asarray(value)
+    )
     if dtype is not None and isinstance(value, np.ndarray):
         arr = arr.astype(np.dtype(dtype_name(dtype)) if dtype_name(dtype) != "string" else object)
     if shape is not None:
@@ -146,7 +150,7 @@ def getitem(x: Any, key: Any) -> Any:
     if any(k is Ellipsis for k in key):
         i = key.index(Ellipsis)
         fill = len(shape) - (len(key) - 1 - sum(k is None for k in key))
-        key = key[:i] + (slice(None),) * max(fill, 0) + key[i + 1:]
+        key = key[:i] + (slice(None),) * max(fill, 0) + key[i + 1 :]
     # None entries add dimensions of size 1: mark where they go in the result
     new_axes = []
     for k in key:

@@ -21,7 +21,11 @@ from xtpu.tracing import Tensor, bind, convert, read_if_variable
 def _static_shape(shape: Any, op: str) -> tuple[int, ...]:
     if isinstance(shape, Tensor):
         raise TypeError(f"{op}: the shape must be static (Python ints or a concrete array), not a traced tensor")
-    dims = tuple(int(d) for d in np.atleast_1d(np.asarray(shape, dtype=np.int64))) if np.ndim(shape) or not np.isscalar(shape) else (int(shape),)
+    dims = (
+        tuple(int(d) for d in np.atleast_1d(np.asarray(shape, dtype=np.int64)))
+        if np.ndim(shape) or not np.isscalar(shape)
+        else (int(shape),)
+    )
     if any(d < 0 for d in dims):
         raise ValueError(f"{op}: dimensions must be non-negative, got {list(dims)}")
     return dims
@@ -80,8 +84,15 @@ def range(start: Any, limit: Any = None, delta: Any = 1, dtype: Any = None, name
             raise TypeError("range: start, limit and delta must be static values inside a replicated computation")
     vals = [np.asarray(v) for v in (start, limit, delta)]
     if dtype is None:
-        dt = "float32" if any(v.dtype.kind == "f" for v in vals) else (
-            "int64" if any(v.dtype == np.int64 and not isinstance(x, int) for v, x in zip(vals, (start, limit, delta))) else "int32")
+        dt = (
+            "float32"
+            if any(v.dtype.kind == "f" for v in vals)
+            else (
+                "int64"
+                if any(v.dtype == np.int64 and not isinstance(x, int) for v, x in zip(vals, (start, limit, delta)))
+                else "int32"
+            )
+        )
     else:
         dt = dtype_name(dtype)
     s, lim, d = (float(v) if dt.startswith("float") else int(v) for v in vals)

@@ -9,7 +9,8 @@ host control flow.  Semantics: TF's ``tf.cond`` and ``tf.while_loop``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from xdsl.ir import Block, Region
@@ -62,7 +63,12 @@ def _trace_region(tr: Trace, block: Block, fn: Callable[..., Any], args: tuple, 
     return tensors, tree
 
 
-def cond(pred: Any, true_fn: Callable[[], Any] | None = None, false_fn: Callable[[], Any] | None = None, name: str | None = None) -> Any:
+def cond(
+    pred: Any,
+    true_fn: Callable[[], Any] | None = None,
+    false_fn: Callable[[], Any] | None = None,
+    name: str | None = None,
+) -> Any:
     """``true_fn()`` if ``pred`` else ``false_fn()`` (tf.cond; StableHLO if).
 
     Args:
@@ -138,10 +144,13 @@ def _same_structure(a: Any, b: Any) -> bool:
     for list loop_vars); dict keys must match."""
     seqs = ("list", "tuple", "namedtuple")
     if a.kind in seqs and b.kind in seqs:
-        return len(a.children) == len(b.children) and all(
-            _same_structure(x, y) for x, y in zip(a.children, b.children))
-    return a.kind == b.kind and a.aux == b.aux and len(a.children) == len(b.children) and all(
-        _same_structure(x, y) for x, y in zip(a.children, b.children))
+        return len(a.children) == len(b.children) and all(_same_structure(x, y) for x, y in zip(a.children, b.children))
+    return (
+        a.kind == b.kind
+        and a.aux == b.aux
+        and len(a.children) == len(b.children)
+        and all(_same_structure(x, y) for x, y in zip(a.children, b.children))
+    )
 
 
 def while_loop(
@@ -229,7 +238,9 @@ def while_loop(
     c_block, b_block = Block(arg_types=types), Block(arg_types=types)
     c_args = pytree.unflatten(tree, [Tensor(a, s, tr) for a, s in zip(c_block.args, specs)])
     b_args = pytree.unflatten(tree, [Tensor(a, s, tr) for a, s in zip(b_block.args, specs)])
-    c_out, _ = _trace_region(tr, c_block, lambda *a: cond(*a), (c_args,) if tree.kind == "leaf" else tuple(c_args), "while_loop cond")
+    c_out, _ = _trace_region(
+        tr, c_block, lambda *a: cond(*a), (c_args,) if tree.kind == "leaf" else tuple(c_args), "while_loop cond"
+    )
     if len(c_out) != 1 or c_out[0].spec != TensorSpec((), "bool"):
         got = ", ".join(str(t.spec) for t in c_out)
         raise TypeError(f"while_loop: cond must return a bool scalar, got ({got})")
@@ -239,8 +250,11 @@ def while_loop(
     current = state.current if state is not None else {}
     before = dict(current)
     b_out, _ = _trace_region(
-        tr, b_block, lambda *a: pytree.unflatten(tree, norm(body(*a))),
-        (b_args,) if tree.kind == "leaf" else tuple(b_args), "while_loop body",
+        tr,
+        b_block,
+        lambda *a: pytree.unflatten(tree, norm(body(*a))),
+        (b_args,) if tree.kind == "leaf" else tuple(b_args),
+        "while_loop body",
     )
     if state is not None and state.current is current:
         updated = [v for v in before if current.get(v) is not before[v]]
@@ -248,7 +262,8 @@ def while_loop(
             current.update(before)
             raise NotImplementedError(
                 f"while_loop: variable '{updated[0].name}' is updated inside the loop body; xtpu does not carry "
-                "variables through a while_loop yet: make its value a loop variable and assign it after the loop")
+                "variables through a while_loop yet: make its value a loop variable and assign it after the loop"
+            )
     for j, (t, s) in enumerate(zip(b_out, specs)):
         if t.spec != s:
             raise ValueError(
@@ -257,7 +272,9 @@ def while_loop(
             )
     c_block.add_op(ReturnOp.create(operands=[c_out[0].value]))
     b_block.add_op(ReturnOp.create(operands=[t.value for t in b_out]))
-    op = WhileOp.create(operands=[t.value for t in init], result_types=types, regions=[Region(c_block), Region(b_block)])
+    op = WhileOp.create(
+        operands=[t.value for t in init], result_types=types, regions=[Region(c_block), Region(b_block)]
+    )
     loc = user_location()
     if loc is not None:
         op.location = loc

@@ -39,7 +39,7 @@ def _expand_ellipsis(equation: str, ranks: list[int]) -> str:
         raise ValueError(f"einsum: an operand of '{equation}' has fewer dimensions than its subscripts")
     n = max(widths, default=0)
     letters = "".join(free[:n])
-    terms = [t.replace("...", letters[n - w:]) for t, w in zip(terms, widths)]
+    terms = [t.replace("...", letters[n - w :]) for t, w in zip(terms, widths)]
     if arrow:
         out = out.replace("...", letters)
     elif "..." in eq:
@@ -124,8 +124,11 @@ def einsum(equation: str, *inputs: Any, **kwargs: Any) -> Any:
         rhs_contracting_dimensions=tuple(tb.index(c) for c in contract),
     )
     # dot_general's result: batch dims, then lhs free dims, then rhs free dims.
-    got = "".join(batch) + "".join(c for c in ta if c not in batch and c not in contract) + "".join(
-        c for c in tb if c not in batch and c not in contract)
+    got = (
+        "".join(batch)
+        + "".join(c for c in ta if c not in batch and c not in contract)
+        + "".join(c for c in tb if c not in batch and c not in contract)
+    )
     return r if got == out else transpose(r, [got.index(c) for c in out])
 
 

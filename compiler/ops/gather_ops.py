@@ -43,13 +43,23 @@ def _masked_sum(values: Any, mask: Any, axes: tuple[int, ...]) -> Any:
         raise TypeError("gathering strings is not supported on the device")
     zero = broadcast_to(scalar(False if dt == "bool" else 0, dt), shape_of(values))
     (picked,) = bind(hlo.SelectOp, [mask, values, zero])
-    (out,) = bind(hlo.ReduceOp, [picked, scalar(False if dt == "bool" else 0, dt)],
-                  computation="or" if dt == "bool" else "add", dimensions=axes)
+    (out,) = bind(
+        hlo.ReduceOp,
+        [picked, scalar(False if dt == "bool" else 0, dt)],
+        computation="or" if dt == "bool" else "add",
+        dimensions=axes,
+    )
     return out
 
 
-def gather(params: Any, indices: Any, validate_indices: Any = None, axis: Any = None, batch_dims: int = 0,
-           name: str | None = None) -> Any:
+def gather(
+    params: Any,
+    indices: Any,
+    validate_indices: Any = None,
+    axis: Any = None,
+    batch_dims: int = 0,
+    name: str | None = None,
+) -> Any:
     """Slices of ``params`` along ``axis`` (default ``batch_dims``) at
     ``indices`` (tf.gather); the first ``batch_dims`` dimensions of both are
     batch dimensions (``indices[b...]`` picks from ``params[b...]``).
@@ -77,15 +87,20 @@ def gather(params: Any, indices: Any, validate_indices: Any = None, axis: Any = 
         raise ValueError(f"gather: axis {ax} must be at least batch_dims {b}")
     if ps[:b] != ishape[:b]:
         raise ValueError(f"gather: batch dimensions of params {list(ps[:b])} and indices {list(ishape[:b])} differ")
-    lead, k, rest = ps[:ax], ps[ax], ps[ax + 1:]
+    lead, k, rest = ps[:ax], ps[ax], ps[ax + 1 :]
     inner = ishape[b:]
     na, ni = len(lead), len(inner)
     full = lead + inner + (k,) + rest
     kpos = na + ni
-    (pb,) = bind(hlo.BroadcastInDimOp, [p], shape=full,
-                 broadcast_dimensions=tuple(range(na)) + (kpos,) + tuple(range(kpos + 1, len(full))))
-    (ib,) = bind(hlo.BroadcastInDimOp, [idx], shape=full,
-                 broadcast_dimensions=tuple(range(b)) + tuple(range(na, na + ni)))
+    (pb,) = bind(
+        hlo.BroadcastInDimOp,
+        [p],
+        shape=full,
+        broadcast_dimensions=tuple(range(na)) + (kpos,) + tuple(range(kpos + 1, len(full))),
+    )
+    (ib,) = bind(
+        hlo.BroadcastInDimOp, [idx], shape=full, broadcast_dimensions=tuple(range(b)) + tuple(range(na, na + ni))
+    )
     (iota,) = bind(hlo.IotaOp, [], iota_dimension=kpos, shape=full, dtype=dtype_of(idx))
     (mask,) = bind(hlo.CompareOp, [ib, iota], comparison_direction="EQ")
     return _masked_sum(pb, mask, (kpos,))
@@ -114,7 +129,7 @@ def gather_nd(params: Any, indices: Any, batch_dims: int = 0, name: str | None =
         raise ValueError(f"gather_nd: index vectors of length {m} exceed the rank {len(ps)} of params")
     lead, rest = ps[:m], ps[m:]
     dt = dtype_of(idx)
-    strides = [int(np.prod(lead[j + 1:], dtype=np.int64)) for j in range(m)]
+    strides = [int(np.prod(lead[j + 1 :], dtype=np.int64)) for j in range(m)]
     linear = None
     valid = None
     outer = ishape[:-1]
@@ -155,7 +170,9 @@ def where(condition: Any, x: Any = None, y: Any = None, name: str | None = None)
         raise TypeError(f"where: condition must be bool, got {dtype_of(c)}")
     if x is None and y is None:
         if isinstance(c, Tensor):
-            raise ValueError("where(condition) has a data-dependent shape; inside a replicated computation give x and y")
+            raise ValueError(
+                "where(condition) has a data-dependent shape; inside a replicated computation give x and y"
+            )
         return np.argwhere(np.asarray(c)).astype(np.int64)
     if x is None or y is None:
         raise ValueError("where: x and y must both be given, or both be None")
@@ -182,9 +199,11 @@ def unsorted_segment_sum(data: Any, segment_ids: Any, num_segments: Any, name: s
         raise TypeError("unsorted_segment_sum: num_segments must be static")
     n = int(num_segments)
     ds_, ss = shape_of(d), shape_of(ids)
-    if ds_[:len(ss)] != ss:
-        raise ValueError(f"unsorted_segment_sum: segment_ids.shape {list(ss)} must be a prefix of data.shape {list(ds_)}")
-    b = ds_[len(ss):]
+    if ds_[: len(ss)] != ss:
+        raise ValueError(
+            f"unsorted_segment_sum: segment_ids.shape {list(ss)} must be a prefix of data.shape {list(ds_)}"
+        )
+    b = ds_[len(ss) :]
     full = (n,) + ds_
     (db,) = bind(hlo.BroadcastInDimOp, [d], shape=full, broadcast_dimensions=tuple(range(1, len(full))))
     (ib,) = bind(hlo.BroadcastInDimOp, [ids], shape=full, broadcast_dimensions=tuple(range(1, len(ss) + 1)))
@@ -206,8 +225,10 @@ def segment_sum(data: Any, segment_ids: Any, name: str | None = None) -> Any:
     """
     ids = read_if_variable(segment_ids)
     if isinstance(ids, Tensor):
-        raise ValueError("segment_sum: inside a replicated computation the number of segments must be static; "
-                         "use unsorted_segment_sum(data, segment_ids, num_segments)")
+        raise ValueError(
+            "segment_sum: inside a replicated computation the number of segments must be static; "
+            "use unsorted_segment_sum(data, segment_ids, num_segments)"
+        )
     arr = np.asarray(ids)
     if arr.ndim != 1:
         raise ValueError(f"segment_sum: segment_ids must be 1-D, got shape {list(arr.shape)}")

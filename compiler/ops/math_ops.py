@@ -116,9 +116,7 @@ def _compare(direction: str, x: Any, y: Any, name: str) -> Any:
     from xtpu.ops.core import broadcast_shapes
 
     shape = broadcast_shapes(shape_of(x), shape_of(y), op=name)
-    (out,) = bind(
-        hlo.CompareOp, [broadcast_to(x, shape), broadcast_to(y, shape)], comparison_direction=direction
-    )
+    (out,) = bind(hlo.CompareOp, [broadcast_to(x, shape), broadcast_to(y, shape)], comparison_direction=direction)
     return out
 
 

@@ -36,7 +36,9 @@ def clip_by_value(t: Any, clip_value_min: Any, clip_value_max: Any, name: str | 
     t = convert(read_if_variable(t))
     out = minimum(maximum(t, clip_value_min), clip_value_max)
     if shape_of(out) != shape_of(t):
-        raise ValueError(f"clip_by_value: the bounds would change the shape {list(shape_of(t))} to {list(shape_of(out))}")
+        raise ValueError(
+            f"clip_by_value: the bounds would change the shape {list(shape_of(t))} to {list(shape_of(out))}"
+        )
     return out
 
 
@@ -131,5 +133,14 @@ def reduce_all(input_tensor: Any, axis: Any = None, keepdims: bool = False, name
     return _reduce("and", True, input_tensor, axis, keepdims, "reduce_all", ("bool",))
 
 
-__all__ = ["clip_by_value", "floordiv", "floormod", "logical_xor", "mod", "reduce_all", "reduce_any", "reduce_prod",
-           "square"]
+__all__ = [
+    "clip_by_value",
+    "floordiv",
+    "floormod",
+    "logical_xor",
+    "mod",
+    "reduce_all",
+    "reduce_any",
+    "reduce_prod",
+    "square",
+]

@@ -12,10 +12,20 @@ from xtpu.tracing import Tensor, format_location
 # would if numpy deferred (TF's __array_priority__), so `ndarray + t` and
 # `t + ndarray` trace the same xtpu op.
 _REFLECTED = {
-    np.add: "__radd__", np.subtract: "__rsub__", np.multiply: "__rmul__", np.true_divide: "__rtruediv__",
-    np.power: "__rpow__", np.matmul: "__rmatmul__", np.floor_divide: "__rfloordiv__", np.remainder: "__rmod__",
-    np.less: "__gt__", np.less_equal: "__ge__", np.greater: "__lt__", np.greater_equal: "__le__",
-    np.equal: "__eq__", np.not_equal: "__ne__",
+    np.add: "__radd__",
+    np.subtract: "__rsub__",
+    np.multiply: "__rmul__",
+    np.true_divide: "__rtruediv__",
+    np.power: "__rpow__",
+    np.matmul: "__rmatmul__",
+    np.floor_divide: "__rfloordiv__",
+    np.remainder: "__rmod__",
+    np.less: "__gt__",
+    np.less_equal: "__ge__",
+    np.greater: "__lt__",
+    np.greater_equal: "__le__",
+    np.equal: "__eq__",
+    np.not_equal: "__ne__",
 }
 
 

@@ -68,8 +68,10 @@ def stack(values: Any, axis: int = 0, name: str | None = None) -> Any:
     s0 = shape_of(values[0])
     for i, v in enumerate(values[1:], start=1):
         if shape_of(v) != s0:
-            raise ValueError(f"stack: shapes of all inputs must match: values[0].shape = {list(s0)} != "
-                             f"values[{i}].shape = {list(shape_of(v))}")
+            raise ValueError(
+                f"stack: shapes of all inputs must match: values[0].shape = {list(s0)} != "
+                f"values[{i}].shape = {list(shape_of(v))}"
+            )
     r = len(s0) + 1
     if not -r <= int(axis) < r:
         raise ValueError(f"stack: axis {axis} is out of range for the rank-{r} result")

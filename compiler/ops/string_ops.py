@@ -56,12 +56,17 @@ def _stream_name(stream: Any) -> str:
     if isinstance(stream, str):
         check_stream(stream)
         return stream
-    raise ValueError(
-        f"output_stream must be sys.stdout, sys.stderr or a 'file://PATH' string, got {stream!r}"
-    )
+    raise ValueError(f"output_stream must be sys.stdout, sys.stderr or a 'file://PATH' string, got {stream!r}")
 
 
-def print(*inputs: Any, output_stream: Any = None, summarize: int = 3, sep: str = " ", end: str = "\n", name: str | None = None) -> None:  # noqa: A001
+def print(
+    *inputs: Any,
+    output_stream: Any = None,
+    summarize: int = 3,
+    sep: str = " ",
+    end: str = "\n",
+    name: str | None = None,
+) -> None:  # noqa: A001
     """Print tensors and Python strings (tf.print): joined by ``sep``, ended
     by ``end``, to sys.stdout (default), sys.stderr or ``file://PATH``.
     Tensors show at most ``summarize`` leading and trailing elements per

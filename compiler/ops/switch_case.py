@@ -7,7 +7,8 @@ one control-flow op for the passes and the gradient engine to know.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -15,8 +16,9 @@ from xtpu.ops.control_flow import cond
 from xtpu.tracing import Tensor, convert, read_if_variable
 
 
-def switch_case(branch_index: Any, branch_fns: Any, default: Callable[[], Any] | None = None,
-                name: str | None = None) -> Any:
+def switch_case(
+    branch_index: Any, branch_fns: Any, default: Callable[[], Any] | None = None, name: str | None = None
+) -> Any:
     """``branch_fns[branch_index]()`` (tf.switch_case).
 
     Args:

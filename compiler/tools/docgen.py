@@ -210,8 +210,9 @@ def stale(root: Path | None = None) -> list[str]:
     root = _root() if root is None else root
     want = generated()
     out = [str(p) for p, text in want.items() if not (root / p).exists() or (root / p).read_text() != text]
-    out += [str(p.relative_to(root)) for p in sorted((root / "docs/passes").glob("*.md"))
-            if p.relative_to(root) not in want]
+    out += [
+        str(p.relative_to(root)) for p in sorted((root / "docs/passes").glob("*.md")) if p.relative_to(root) not in want
+    ]
     return out
 
 

@@ -58,8 +58,9 @@ def _pass_line(cls: type[ModulePass]) -> str:
 
     opts = " ".join(f"{f.name.replace('_', '-')}={value(f.default)}" for f in dataclasses.fields(cls))
     spec = f"{cls.name}{{{opts}}}" if opts else cls.name
-    body = textwrap.fill(pass_summary(cls), width=78, initial_indent="      ", subsequent_indent="      ",
-                         break_on_hyphens=False)
+    body = textwrap.fill(
+        pass_summary(cls), width=78, initial_indent="      ", subsequent_indent="      ", break_on_hyphens=False
+    )
     return f"  {spec}\n{body}"
 
 

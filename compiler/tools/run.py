@@ -129,7 +129,9 @@ def check_main(module) -> None:
     for op in module.ops:
         if isinstance(op, func.FuncOp) and op.sym_name.data == "main" and not op.body.blocks:
             where = op_position(op)
-            raise ValueError((f"{where}: " if where else "") + "'func.func' op @main is a declaration; it needs a body to run")
+            raise ValueError(
+                (f"{where}: " if where else "") + "'func.func' op @main is a declaration; it needs a body to run"
+            )
 
 
 def check_channels(module) -> None:
@@ -175,15 +177,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--version", action="version", version=version_line("xtpu-run"))
     ap.add_argument("file", help="the .mlir module ('-' for standard input)")
-    ap.add_argument("-i", "--inputs", action="append", default=[], metavar="FILES",
-                    help="one replica's inputs: an .npz file or comma-separated .npy files; repeat per replica")
+    ap.add_argument(
+        "-i",
+        "--inputs",
+        action="append",
+        default=[],
+        metavar="FILES",
+        help="one replica's inputs: an .npz file or comma-separated .npy files; repeat per replica",
+    )
     ap.add_argument("--pipeline", default=None, help="passes to run first (default: the default pipeline when needed)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds a channel or collective may wait")
     ap.add_argument("--save", default=None, metavar="OUT.npz", help="also write the results to this .npz")
     ap.add_argument("--print-ir", action="store_true", help="print the module that runs")
-    ap.add_argument("--backend", choices=("threads", "mpi"), default=None,
-                    help="replicas as threads of this process (default) or spread over the MPI ranks of "
-                    "`mpiexec -n P xtpu-run ...` (default: $XTPU_BACKEND)")
+    ap.add_argument(
+        "--backend",
+        choices=("threads", "mpi"),
+        default=None,
+        help="replicas as threads of this process (default) or spread over the MPI ranks of "
+        "`mpiexec -n P xtpu-run ...` (default: $XTPU_BACKEND)",
+    )
     args = ap.parse_args(argv)
     rank = 0
     if args.backend == "mpi":
@@ -244,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         replicas = [load_replica_inputs(s) for s in args.inputs]
         if k and len(replicas) != n:
-            raise InputError(f"the module has {n} replicas with {k} inputs each; give -i once per replica, got {len(replicas)}")
+            raise InputError(
+                f"the module has {n} replicas with {k} inputs each; give -i once per replica, got {len(replicas)}"
+            )
         if not k and replicas and any(replicas):
             raise InputError("the module takes no inputs")
         if not k:

@@ -13,6 +13,8 @@ import os
 import sys
 import sysconfig
 
+import pytest
+
 
 def _environment_bin_dirs() -> list[str]:
     dirs = []
@@ -23,3 +25,15 @@ def _environment_bin_dirs() -> list[str]:
 
 
 os.environ["PATH"] = os.pathsep.join(_environment_bin_dirs() + [os.environ.get("PATH", "")])
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    """A fresh TensorBoard log folder; any writer a test left open on it is released."""
+    import xtpu
+    from xtpu.dialects import summaries
+
+    d = str(tmp_path / "logs")
+    yield d
+    summaries.release(d)  # in case a test left a reopened writer behind
+    xtpu.summary.experimental.set_step(None)

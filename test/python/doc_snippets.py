@@ -64,8 +64,7 @@ def blocks(path: Path) -> list[Block]:
         before = text[: m.start()].rstrip("\n").splitlines()
         directive = before[-1].strip() if before and before[-1].strip().startswith("<!--") else ""
         body = textwrap.dedent(m.group(3))  # a block indented under a list item
-        out.append(Block(str(path.relative_to(ROOT)), text[: m.start()].count("\n") + 1, m.group(2), body,
-                         directive))
+        out.append(Block(str(path.relative_to(ROOT)), text[: m.start()].count("\n") + 1, m.group(2), body, directive))
     return out
 
 
@@ -208,8 +207,13 @@ def run_python(block: Block, console: Console) -> list[Failure]:
             console.errors.clear()
             continue
         if st.expected and not same_lines(buf.getvalue(), st.expected):
-            failures.append(Failure(block, f"line {block.line + 1 + st.line}: printed {buf.getvalue().strip()!r}, "
-                                           f"the text says {' / '.join(st.expected)!r}"))
+            failures.append(
+                Failure(
+                    block,
+                    f"line {block.line + 1 + st.line}: printed {buf.getvalue().strip()!r}, "
+                    f"the text says {' / '.join(st.expected)!r}",
+                )
+            )
     return failures
 
 
@@ -241,14 +245,28 @@ def run_sh(block: Block, workdir: Path) -> list[Failure]:
         steps = [s.strip() for s in command.split("&&") if "pip install" not in s]
         if not steps:
             continue
-        p = subprocess.run(" && ".join(steps), shell=True, cwd=workdir, capture_output=True, text=True,
-                           timeout=600, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        p = subprocess.run(
+            " && ".join(steps),
+            shell=True,
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
         if p.returncode != 0:
-            failures.append(Failure(block, f"line {block.line + 1 + i}: `{command}` exited {p.returncode}: "
-                                           f"{p.stderr.strip()[-500:]}"))
+            failures.append(
+                Failure(
+                    block, f"line {block.line + 1 + i}: `{command}` exited {p.returncode}: {p.stderr.strip()[-500:]}"
+                )
+            )
         elif expected and not same_lines(p.stdout, expected):
-            failures.append(Failure(block, f"line {block.line + 1 + i}: `{command}` printed {p.stdout.strip()!r}, "
-                                           f"the text says {expected!r}"))
+            failures.append(
+                Failure(
+                    block,
+                    f"line {block.line + 1 + i}: `{command}` printed {p.stdout.strip()!r}, the text says {expected!r}",
+                )
+            )
     return failures
 
 
@@ -264,16 +282,21 @@ def run_file(path: Path, workdir: Path) -> tuple[list[Failure], list[str]]:
         for block in blocks(path):
             directive = block.directive
             if directive.startswith("<!-- snippet: skip"):
-                skipped.append(f"{block.path}:{block.line}: {directive[len('<!-- snippet: skip'):-3].strip()}")
+                skipped.append(f"{block.path}:{block.line}: {directive[len('<!-- snippet: skip') : -3].strip()}")
             elif directive.startswith("<!-- snippet-output:"):
-                failures += run_output(block, console, directive[len("<!-- snippet-output:"):-3].strip())
+                failures += run_output(block, console, directive[len("<!-- snippet-output:") : -3].strip())
             elif block.lang == "python":
                 failures += run_python(block, console)
             elif block.lang == "sh":
                 failures += run_sh(block, workdir)
             else:
-                failures.append(Failure(block, f"a ```{block.lang} block with no <!-- snippet-output: EXPR --> "
-                                               "or <!-- snippet: skip REASON --> before it"))
+                failures.append(
+                    Failure(
+                        block,
+                        f"a ```{block.lang} block with no <!-- snippet-output: EXPR --> "
+                        "or <!-- snippet: skip REASON --> before it",
+                    )
+                )
     finally:
         os.chdir(cwd)
     return failures, skipped

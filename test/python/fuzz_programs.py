@@ -53,8 +53,9 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -248,13 +249,13 @@ class Ctx:
 
 @dataclass
 class Program:
-    inputs: list                    # input Specs
+    inputs: list  # input Specs
     value_seed: int
-    specials: tuple                 # special float values mixed into float inputs
-    lines: list                     # (indent, str or callable(Ctx) -> str | None)
-    outputs: list                   # output names
+    specials: tuple  # special float values mixed into float inputs
+    lines: list  # (indent, str or callable(Ctx) -> str | None)
+    outputs: list  # output names
     features: set = field(default_factory=set)
-    choices: list | None = None     # the chooser's record, for minimize
+    choices: list | None = None  # the chooser's record, for minimize
     # outputs where a NaN compiled and a number eagerly is the open defect
     # region_capture_zero_cotangent_nan, not a mismatch (when the generator avoids it)
     lenient: set = field(default_factory=set)
@@ -330,23 +331,23 @@ def _groups(mode: str, r: int):
 class Scope:
     """Values visible at a point of the program, and what may be built there."""
 
-    def __init__(self, parent: "Scope | None", kind: str, closed: bool = False):
+    def __init__(self, parent: Scope | None, kind: str, closed: bool = False):
         self.parent = parent
-        self.kind = kind        # top, cond, while, oc, grad
+        self.kind = kind  # top, cond, while, oc, grad
         self.vars: list[Var] = []
-        self.closed = closed    # a gradient's function sees only its parameters
+        self.closed = closed  # a gradient's function sees only its parameters
         self.depth = 0 if parent is None else parent.depth + 1
         self.in_oc = kind == "oc" or (parent is not None and parent.in_oc)
         self.in_cf = kind in ("cond", "while") or (parent is not None and parent.in_cf)
         self.recording = kind == "grad" or (parent is not None and parent.recording)
         self.grad_depth = (parent.grad_depth if parent else 0) + (kind == "grad")
-        self.smooth = True      # only ops finite differences can check
-        self.has_crs = False    # a cross_replica_sum in it (or nested)
+        self.smooth = True  # only ops finite differences can check
+        self.has_crs = False  # a cross_replica_sum in it (or nested)
         # a gradient's function has cross_replica_sums or control flow, not both
         self.crs_allowed = parent is None or parent.crs_allowed
         self.no_cf = parent is not None and parent.no_cf
         self.region = self if kind in ("cond", "while") else (parent.region if parent else None)
-        self.has_cf = False     # a cond or while_loop in it (or nested)
+        self.has_cf = False  # a cond or while_loop in it (or nested)
 
     @property
     def crs_ok(self) -> bool:
@@ -395,10 +396,10 @@ class Generator:
         self.features: set[str] = set()
         self.n = 0
         self.budget = 28
-        self.stopped = False   # after a deliberately invalid op
+        self.stopped = False  # after a deliberately invalid op
         self.zero_size_seen = False
         self.has_split = False
-        self.lenient: set[str] = set()   # outputs that region_capture_zero_cotangent_nan may make NaN
+        self.lenient: set[str] = set()  # outputs that region_capture_zero_cotangent_nan may make NaN
 
     # -- helpers ----------------------------------------------------------
 
@@ -431,8 +432,17 @@ class Generator:
         d = frozenset().union(*[frozenset({v.name}) | v.deps for v in deps]) if deps else frozenset()
         roots = frozenset().union(*[v.aliases for v in alias]) if alias else frozenset()
         self.zero_size_seen |= spec.size == 0
-        return scope.add(Var(name, spec, npscalar=npscalar and not scope.recording, deps=d, roots=roots,
-                             region=scope.region, host=spec.dtype == "string"))
+        return scope.add(
+            Var(
+                name,
+                spec,
+                npscalar=npscalar and not scope.recording,
+                deps=d,
+                roots=roots,
+                region=scope.region,
+                host=spec.dtype == "string",
+            )
+        )
 
     def float_literal(self) -> float:
         if self.ch.bool(0.1):
@@ -480,7 +490,9 @@ class Generator:
         seed = ch.int(0, 2**16)
         specials = ()
         if ch.bool(0.1):
-            specials = tuple(v for v in (float("nan"), float("inf"), -float("inf"), -0.0, 1e30) if ch.bool(0.5)) or (float("nan"),)
+            specials = tuple(v for v in (float("nan"), float("inf"), -float("inf"), -0.0, 1e30) if ch.bool(0.5)) or (
+                float("nan"),
+            )
             self.feature("special_inputs")
         top = Scope(None, "top")
         for i, s in enumerate(specs):
@@ -489,7 +501,7 @@ class Generator:
                 self.feature("zero_size_input")
                 self.zero_size_seen = True
         self.budget -= 1
-        self.statement(top, 0)          # at least one statement
+        self.statement(top, 0)  # at least one statement
         self.block(top, 0, p=0.85)
         # outputs: every top-level value (simplest), or a few
         defined = [v for v in top.vars if not v.name.startswith("x")] or top.vars
@@ -526,7 +538,7 @@ class Generator:
             (2 if not scope.in_oc else 0, "split"),
             (2, "string"),
             (1, "print"),
-            (1 if not scope.in_cf else 0, "invalid"),   # eagerly, branches not taken never run
+            (1 if not scope.in_cf else 0, "invalid"),  # eagerly, branches not taken never run
         ]
         kind = ch.weighted(kinds)
         getattr(self, f"stmt_{kind}")(scope, indent)
@@ -557,7 +569,7 @@ class Generator:
             self.alias = None
             got = fam(scope)
             if got is not None and got[1].size == 0 and self.has_split and "spmd_zero_size_reshape" in self.avoid:
-                got = None    # zero-size values in a split program hit spmd_zero_size_reshape
+                got = None  # zero-size values in a split program hit spmd_zero_size_reshape
             if got is not None:
                 text, spec, deps, npscalar, smooth = got
                 if not smooth:
@@ -606,7 +618,7 @@ class Generator:
         out_dt = "float64" if op == "divide" and dt in INT else dt
         a, b = x.name, yt
         if kind in ("lit",) and op not in ("pow",) and ch.bool(0.3):
-            a, b = b, a                           # the literal on the left
+            a, b = b, a  # the literal on the left
         if op == "divide" and form == "fn" and ch.bool(0.3):
             op = "truediv"
         self.feature(f"op:{op}" if form == "fn" else f"op:{sym}")
@@ -671,13 +683,36 @@ class Generator:
             ids_text = f"xtpu.constant(np.array({ids}, dtype=np.{form[5:]}))"
         args = [x.name, ids_text] + ([str(k)] if op == "unsorted_segment_sum" else [])
         self.feature(f"op:{op}")
-        return (f"xtpu.math.{op}({', '.join(args)})", Spec((k,) + tuple(x.spec.shape[1:]), x.spec.dtype), [x],
-                False, True)
+        return (
+            f"xtpu.math.{op}({', '.join(args)})",
+            Spec((k,) + tuple(x.spec.shape[1:]), x.spec.dtype),
+            [x],
+            False,
+            True,
+        )
 
     def op_unary(self, scope):
         ch = self.ch
-        op = ch.pick(["negative", "abs", "square", "exp", "log", "sqrt", "tanh", "sigmoid", "nn.sigmoid", "nn.relu",
-                      "nn.softmax", "nn.log_softmax", "softmax", "log_softmax", "-", "abs()"])
+        op = ch.pick(
+            [
+                "negative",
+                "abs",
+                "square",
+                "exp",
+                "log",
+                "sqrt",
+                "tanh",
+                "sigmoid",
+                "nn.sigmoid",
+                "nn.relu",
+                "nn.softmax",
+                "nn.log_softmax",
+                "softmax",
+                "log_softmax",
+                "-",
+                "abs()",
+            ]
+        )
         if op in ("negative", "abs", "square", "nn.relu", "-", "abs()"):
             x = self.pick_var(scope, lambda v: v.spec.dtype in NUMERIC)
         elif op in ("nn.softmax", "nn.log_softmax", "softmax", "log_softmax"):
@@ -697,8 +732,19 @@ class Generator:
                 text = f"{fn}({x.name}, axis={ch.int(-x.spec.rank, x.spec.rank - 1)})"
             else:
                 text = f"{fn}({x.name})"
-        smooth = op in ("negative", "square", "tanh", "sigmoid", "nn.sigmoid", "nn.softmax", "nn.log_softmax", "softmax",
-                        "log_softmax", "-", "exp")
+        smooth = op in (
+            "negative",
+            "square",
+            "tanh",
+            "sigmoid",
+            "nn.sigmoid",
+            "nn.softmax",
+            "nn.log_softmax",
+            "softmax",
+            "log_softmax",
+            "-",
+            "exp",
+        )
         npscalar = op in ("-", "abs()") and x.spec.rank == 0
         return text, x.spec, [x], npscalar, smooth
 
@@ -722,7 +768,14 @@ class Generator:
             yt, yshape = y.name, y.spec.shape
             deps.append(y)
         shape = tuple(np.broadcast_shapes(x.spec.shape, yshape))
-        sym = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">="}[op]
+        sym = {
+            "equal": "==",
+            "not_equal": "!=",
+            "less": "<",
+            "less_equal": "<=",
+            "greater": ">",
+            "greater_equal": ">=",
+        }[op]
         if ch.bool(0.5):
             self.feature(f"op:{sym}")
             text, npscalar = f"{x.name} {sym} {_paren(yt)}", len(shape) == 0
@@ -768,10 +821,15 @@ class Generator:
 
     def op_reduce(self, scope):
         ch = self.ch
-        op = ch.pick(["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_any",
-                      "reduce_all"])
-        ok = {"reduce_max": DEVICE_DTYPES, "reduce_min": DEVICE_DTYPES, "reduce_any": ("bool",),
-              "reduce_all": ("bool",)}.get(op, NUMERIC)
+        op = ch.pick(
+            ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_any", "reduce_all"]
+        )
+        ok = {
+            "reduce_max": DEVICE_DTYPES,
+            "reduce_min": DEVICE_DTYPES,
+            "reduce_any": ("bool",),
+            "reduce_all": ("bool",),
+        }.get(op, NUMERIC)
         x = self.pick_var(scope, lambda v: v.spec.dtype in ok)
         if x is None:
             return None
@@ -788,7 +846,13 @@ class Generator:
         if keep:
             args.append("keepdims=True")
         self.feature(f"op:{op}")
-        return f"xtpu.math.{op}({', '.join(args)})", Spec(shape, x.spec.dtype), [x], False, op in ("reduce_sum", "reduce_mean")
+        return (
+            f"xtpu.math.{op}({', '.join(args)})",
+            Spec(shape, x.spec.dtype),
+            [x],
+            False,
+            op in ("reduce_sum", "reduce_mean"),
+        )
 
     def op_argmax(self, scope):
         ch = self.ch
@@ -860,9 +924,14 @@ class Generator:
             shown[ch.int(0, rank - 1)] = -1
         self.feature("op:reshape")
         if tuple(dims) == x.spec.shape:
-            self.alias = x       # reshape to the same shape returns its operand
-        return f"xtpu.reshape({x.name}, {shown})", Spec(tuple(dims), x.spec.dtype), [x], \
-            self.alias is x and x.npscalar, True
+            self.alias = x  # reshape to the same shape returns its operand
+        return (
+            f"xtpu.reshape({x.name}, {shown})",
+            Spec(tuple(dims), x.spec.dtype),
+            [x],
+            self.alias is x and x.npscalar,
+            True,
+        )
 
     def op_transpose(self, scope):
         ch = self.ch
@@ -891,8 +960,11 @@ class Generator:
         a = axis % r
 
         def fits(v):
-            return (v.spec.dtype == x.spec.dtype and v.spec.rank == r
-                    and all(d == e for i, (d, e) in enumerate(zip(v.spec.shape, x.spec.shape)) if i != a))
+            return (
+                v.spec.dtype == x.spec.dtype
+                and v.spec.rank == r
+                and all(d == e for i, (d, e) in enumerate(zip(v.spec.shape, x.spec.shape)) if i != a)
+            )
 
         parts = [x]
         for _ in range(ch.int(1, 2)):
@@ -900,8 +972,13 @@ class Generator:
         shape = list(x.spec.shape)
         shape[a] = sum(p.spec.shape[a] for p in parts)
         self.feature("op:concat")
-        return (f"xtpu.concat([{', '.join(p.name for p in parts)}], axis={axis})",
-                Spec(tuple(shape), x.spec.dtype), parts, False, True)
+        return (
+            f"xtpu.concat([{', '.join(p.name for p in parts)}], axis={axis})",
+            Spec(tuple(shape), x.spec.dtype),
+            parts,
+            False,
+            True,
+        )
 
     def op_one_hot(self, scope):
         ch = self.ch
@@ -954,7 +1031,7 @@ class Generator:
             if has_int:
                 self.feature("getitem_int_none")
         if ch.bool(0.15):
-            parts.append("...")           # the axes not indexed yet
+            parts.append("...")  # the axes not indexed yet
         if not parts:
             parts = [":"]
         key = ", ".join(parts)
@@ -974,7 +1051,7 @@ class Generator:
         self.feature("op:cast")
         smooth = x.spec.dtype in FLOAT and dt in FLOAT
         if dt == x.spec.dtype:
-            self.alias = x       # a cast to the same dtype returns its operand
+            self.alias = x  # a cast to the same dtype returns its operand
         return f"{fn}({x.name}, {_dt(dt)})", Spec(x.spec.shape, dt), [x], self.alias is x and x.npscalar, smooth
 
     def op_stop_gradient(self, scope):
@@ -1005,7 +1082,7 @@ class Generator:
     def stmt_rid(self, scope: Scope, indent: int) -> None:
         self.feature("replica_id")
         v = self.define(scope, indent, _rid, Spec((), "int32"))
-        if self.ch.bool(0.5):   # a float that differs per replica
+        if self.ch.bool(0.5):  # a float that differs per replica
             dt = self.ch.pick(FLOAT)
             self.define(scope, indent, f"xtpu.cast({v.name}, {_dt(dt)})", Spec((), dt), [v])
 
@@ -1056,6 +1133,7 @@ class Generator:
             def text(ctx, x=x.name, core=core):
                 c = core if ctx.cores == 2 or ctx.mode == "eager" else 0
                 return f"xtpu.assign_to_logical_device({x}, {c})"
+
         self.define(scope, indent, text, x.spec, [x], npscalar=x.npscalar, alias=[x])
 
     def stmt_string(self, scope: Scope, indent: int) -> None:
@@ -1067,20 +1145,26 @@ class Generator:
         if s is not None:
             out = ch.pick(FLOAT if "to_number_overflow" in self.avoid else NUMERIC)
             self.feature("op:strings.to_number")
-            self.define(scope, indent, f"xtpu.strings.to_number({s.name}, out_type={_dt(out)})", Spec(s.spec.shape, out), [s])
+            self.define(
+                scope, indent, f"xtpu.strings.to_number({s.name}, out_type={_dt(out)})", Spec(s.spec.shape, out), [s]
+            )
             scope.rough()
             return
         x = self.pick_var(scope, lambda v: v.spec.rank == 0 and v.spec.dtype in NUMERIC)
         if x is not None and ch.bool(0.6):
             # a number through its text: parses back (or raises the same error)
             out = ch.pick(FLOAT if x.spec.dtype in FLOAT else NUMERIC)
-            tpl = ch.pick(['{}', '1{}'])
+            tpl = ch.pick(["{}", "1{}"])
             if out in INT and "to_number_overflow" in self.avoid:
-                out, tpl = x.spec.dtype, "{}"     # parses back in range
+                out, tpl = x.spec.dtype, "{}"  # parses back in range
             self.feature("op:strings.format", "op:strings.to_number")
-            self.define(scope, indent,
-                        f"xtpu.strings.to_number(xtpu.strings.format({tpl!r}, {x.name}), out_type={_dt(out)})",
-                        Spec((), out), [x])
+            self.define(
+                scope,
+                indent,
+                f"xtpu.strings.to_number(xtpu.strings.format({tpl!r}, {x.name}), out_type={_dt(out)})",
+                Spec((), out),
+                [x],
+            )
             scope.rough()
             return
         args = [self.pick_var(scope, lambda v: True) for _ in range(ch.int(1, 2))]
@@ -1149,7 +1233,9 @@ class Generator:
             return self.define(scope, indent, lambda ctx, r=r: f"xtpu.math.less({_rid(ctx)}, {r})", Spec((), "bool"))
         lit = self.literal(x.spec.dtype, scope, numpy_ok=False)[0]
         op = ch.pick(["greater", "less"])
-        return self.define(scope, indent, f"xtpu.math.{op}(xtpu.math.reduce_sum({x.name}), {lit})", Spec((), "bool"), [x])
+        return self.define(
+            scope, indent, f"xtpu.math.{op}(xtpu.math.reduce_sum({x.name}), {lit})", Spec((), "bool"), [x]
+        )
 
     def results_like(self, scope: Scope, indent: int, specs: list[Spec]) -> list[str]:
         """Names of values of ``specs`` in ``scope``, made as constants when missing."""
@@ -1280,8 +1366,9 @@ class Generator:
             names = [self.fresh() for _ in outs]
             self.emit(indent, f"{', '.join(names)} = {call}")
             for n, v in zip(names, outs):
-                scope.add(Var(n, v.spec, npscalar=v.npscalar, deps=deps, roots=v.aliases, region=scope.region,
-                              host=True))
+                scope.add(
+                    Var(n, v.spec, npscalar=v.npscalar, deps=deps, roots=v.aliases, region=scope.region, host=True)
+                )
         self.feature("outside_compilation")
         if scope.in_cf:
             self.feature("oc_in_control_flow")
@@ -1346,20 +1433,24 @@ class Generator:
             f"with xtpu.GradientTape({'persistent=True' if api == 'persistent' else ''}) as {tape}:",
             *[f"    {tape}.watch({v.name})" for v in wrt],
             f"    {loss} = {call}",
-            f"{lhs}, = {tape}.gradient({loss}, {wrt_text}{unc})" if len(grads) == 1 else
-            f"{lhs} = {tape}.gradient({loss}, {wrt_text}{unc})",
+            f"{lhs}, = {tape}.gradient({loss}, {wrt_text}{unc})"
+            if len(grads) == 1
+            else f"{lhs} = {tape}.gradient({loss}, {wrt_text}{unc})",
         ]
         if api == "tf1":
             tf1_lines = [
                 f"{loss} = {call}",
-                f"{lhs}, = xtpu.gradients({loss}, {wrt_text}{unc})" if len(grads) == 1 else
-                f"{lhs} = xtpu.gradients({loss}, {wrt_text}{unc})",
+                f"{lhs}, = xtpu.gradients({loss}, {wrt_text}{unc})"
+                if len(grads) == 1
+                else f"{lhs} = xtpu.gradients({loss}, {wrt_text}{unc})",
             ]
             n_lines = max(len(tape_lines), len(tf1_lines))
             for i in range(n_lines):
+
                 def text(ctx, i=i):
                     src = tape_lines if ctx.mode == "eager" else tf1_lines
                     return src[i] if i < len(src) else None
+
                 self.emit(indent, text)
         else:
             for t in tape_lines:
@@ -1371,8 +1462,16 @@ class Generator:
             # a persistent tape answers twice: the gradient of the loss again
             g2 = self.fresh()
             self.emit(indent, f"{g2} = {tape}.gradient({loss}, {wrt[0].name}{unc})")
-            scope.add(Var(g2, wrt[0].spec, deps=frozenset(d.name for d in args) | frozenset({loss})
-                          | frozenset().union(*[v.deps for v in args]), tainted=tainted))
+            scope.add(
+                Var(
+                    g2,
+                    wrt[0].spec,
+                    deps=frozenset(d.name for d in args)
+                    | frozenset({loss})
+                    | frozenset().union(*[v.deps for v in args]),
+                    tainted=tainted,
+                )
+            )
             if tainted:
                 self.lenient.add(g2)
         deps = frozenset(d.name for d in args) | frozenset().union(*[v.deps for v in args])
@@ -1385,8 +1484,12 @@ class Generator:
         if fd:
             site = self.n
             has_crs = gs.has_crs
-            self.emit(indent, lambda ctx, s=site, g=gname, a=[v.name for v in args], w=len(wrt), d=grads, c=has_crs:
-                      f"_fd_site({s}, {g}, ({', '.join(a)},), {w}, ({', '.join(d)},), {c})" if ctx.fd else None)
+            self.emit(
+                indent,
+                lambda ctx, s=site, g=gname, a=[v.name for v in args], w=len(wrt), d=grads, c=has_crs: (  # noqa: B008
+                    f"_fd_site({s}, {g}, ({', '.join(a)},), {w}, ({', '.join(d)},), {c})" if ctx.fd else None
+                ),
+            )
             self.feature("finite_differences")
         self.feature("gradient", f"gradient:{api}")
         if scope.grad_depth >= 1:
@@ -1517,11 +1620,11 @@ def _fd_site(site, fn, args, n_wrt, grads, has_crs):
 
 @dataclass
 class Outcome:
-    status: str                     # ok, error, hang
-    values: list | None = None      # [replica][output] numpy arrays
+    status: str  # ok, error, hang
+    values: list | None = None  # [replica][output] numpy arrays
     error: BaseException | None = None
     replica: int | None = None
-    fd_sites: list | None = None    # per replica {site: ...} (eager runs)
+    fd_sites: list | None = None  # per replica {site: ...} (eager runs)
 
 
 def _exec(source: str, namespace: dict, tag: str):
@@ -1599,8 +1702,9 @@ def _timeout_env(timeout: float):
 def device_assignment(replicas: int, cores: int):
     if cores == 1:
         return None
-    return xtpu.DeviceAssignment.build(xtpu.initialize_tpu_system(), computation_shape=[1, 1, 1, 2],
-                                       num_replicas=replicas)
+    return xtpu.DeviceAssignment.build(
+        xtpu.initialize_tpu_system(), computation_shape=[1, 1, 1, 2], num_replicas=replicas
+    )
 
 
 def _compiled_outcome(call: Callable[[], list]) -> Outcome:
@@ -1661,8 +1765,9 @@ def xtpu_run(text: str, inputs: list[list[np.ndarray]], timeout: float) -> list[
             return [[data[f"replica{r}_output{j}"] for j in range(m)] for r in range(n)]
 
 
-def run_roundtrip(program: Program, replicas: int, cores: int, which: str, timeout: float = 30.0,
-                  avoid=frozenset()) -> Outcome:
+def run_roundtrip(
+    program: Program, replicas: int, cores: int, which: str, timeout: float = 30.0, avoid=frozenset()
+) -> Outcome:
     """The program through text: ``which`` is "lowered" (``lower().as_text()``
     run by xtpu-run, which lowers it), "compiled" (``compile().as_text()``
     run by xtpu-run) or "Compiled" (the ``Compiled`` object called)."""
@@ -1732,7 +1837,8 @@ def compare_values(want: np.ndarray, got: np.ndarray, nan_ok: bool = False) -> s
         # does not compare it: a cotangent of a branch not taken is -0.0
         # compiled (0 negated) where the eager tape's unconnected zero is +0.0
         same = want.shape == got.shape and all(
-            _unsigned_zeros(a) == _unsigned_zeros(b) for a, b in zip(want.reshape(-1), got.reshape(-1)))
+            _unsigned_zeros(a) == _unsigned_zeros(b) for a, b in zip(want.reshape(-1), got.reshape(-1))
+        )
         return None if same else f"strings differ: {want!r} vs {got!r}"
     return None if np.array_equal(want, got) else f"values differ: {want!r} vs {got!r}"
 
@@ -1742,8 +1848,8 @@ USER_ERRORS = (TypeError, ValueError, IndexError, NotImplementedError, LookupErr
 
 @dataclass
 class Failure:
-    kind: str        # mismatch, crash, hang
-    path: str        # what disagreed with the eager reference, e.g. "compiled R=8 cores=1"
+    kind: str  # mismatch, crash, hang
+    path: str  # what disagreed with the eager reference, e.g. "compiled R=8 cores=1"
     detail: str
     replicas: int = 1
     cores: int = 1
@@ -1794,11 +1900,13 @@ def _same_error(eager: BaseException, other: BaseException) -> bool:
     return type(other) is type(eager) and _message(other) == _message(eager)
 
 
-def compare(eager: Outcome, other: Outcome, path: str, replicas: int, cores: int,
-            invalid: bool = False, nan_ok=()) -> Failure | None:
+def compare(
+    eager: Outcome, other: Outcome, path: str, replicas: int, cores: int, invalid: bool = False, nan_ok=()
+) -> Failure | None:
     """The first disagreement of ``other`` with the eager reference; ``invalid``:
     the program breaks an op's rules on purpose (any user error is then
     agreement); ``nan_ok``: indices of outputs where a NaN matches anything."""
+
     def fail(kind, detail):
         return Failure(kind, path, detail, replicas, cores)
 
@@ -1849,7 +1957,11 @@ def check_finite_differences(program: Program, eager: Outcome, replicas: int, ti
 
         def total(all_args, only=None):
             if has_crs:
-                res = run_replicas(replicas, lambda r: np.sum(np.asarray(fn(*[xtpu.constant(a) for a in all_args[r]]), dtype=np.float64)), timeout)
+                res = run_replicas(
+                    replicas,
+                    lambda r: np.sum(np.asarray(fn(*[xtpu.constant(a) for a in all_args[r]]), dtype=np.float64)),
+                    timeout,
+                )
                 if any(x[0] != "ok" for x in res):
                     raise RuntimeError("finite differences: a replica failed")
                 return sum(x[1] for x in res)
@@ -1876,9 +1988,14 @@ def check_finite_differences(program: Program, eager: Outcome, replicas: int, ti
                         g = float(grads[r][i][idx])
                         tol = 1e-5 * max(1.0, abs(g), abs(fds[0])) + 1e-8 * max(1.0, abs(base))
                         if abs(fds[0] - fds[1]) <= tol and abs(g - fds[0]) > tol and abs(g - fds[1]) > tol:
-                            return Failure("mismatch", f"finite-differences R={replicas}",
-                                           f"replica {r}, gradient {i} at {idx}: tape {g!r}, central differences "
-                                           f"{fds[0]!r} (site {site})", replicas, 1)
+                            return Failure(
+                                "mismatch",
+                                f"finite-differences R={replicas}",
+                                f"replica {r}, gradient {i} at {idx}: tape {g!r}, central differences "
+                                f"{fds[0]!r} (site {site})",
+                                replicas,
+                                1,
+                            )
         except Exception:  # noqa: BLE001 - a failing evaluation is found elsewhere
             continue
         finally:
@@ -1906,8 +2023,9 @@ def configs_for(program: Program, split: bool = True) -> list[tuple[int, int]]:
     return out
 
 
-def check_program(program: Program, configs=None, roundtrip: bool = False, fd: bool = True,
-                  timeout: float = 30.0, avoid=frozenset()) -> Failure | None:
+def check_program(
+    program: Program, configs=None, roundtrip: bool = False, fd: bool = True, timeout: float = 30.0, avoid=frozenset()
+) -> Failure | None:
     """The first disagreement of ``program`` with its eager reference, or None.
 
     ``roundtrip``: also through the text round trip, for one of the configs
@@ -1936,8 +2054,9 @@ def check_program(program: Program, configs=None, roundtrip: bool = False, fd: b
                     if which == "Compiled" and cores != 1 and "compiled_logical_devices" in avoid:
                         continue
                     rt = run_roundtrip(program, replicas, cores, which, timeout, avoid)
-                    f = compare(eager, rt, f"roundtrip-{which} R={replicas} cores={cores}", replicas, cores,
-                                invalid, nan_ok)
+                    f = compare(
+                        eager, rt, f"roundtrip-{which} R={replicas} cores={cores}", replicas, cores, invalid, nan_ok
+                    )
                     if f is not None:
                         return f
     return None
@@ -1955,7 +2074,12 @@ def classify_known(failure: Failure, program: Program | None = None) -> str | No
         return "eager_identity_ndarray"
     if "cannot run on the device; run tpu-mark-outside-compilation" in d and "roundtrip-lowered" in failure.path:
         return "xtpu_run_region_host_op"
-    if "roundtrip-compiled" in failure.path and failure.cores == 2 and "'tpu.replicate' op" in d and "but the body" in d:
+    if (
+        "roundtrip-compiled" in failure.path
+        and failure.cores == 2
+        and "'tpu.replicate' op" in d
+        and "but the body" in d
+    ):
         return "xtpu_run_relowers"
     if "returns a string value" in d and "to the device computation" in d:
         return "string_output_of_body_cluster"
@@ -1969,11 +2093,12 @@ def classify_known(failure: Failure, program: Program | None = None) -> str | No
         return "spmd_zero_size_reshape"
     if "inputs do not match the compiled program" in d and failure.cores == 2:
         return "compiled_logical_devices"
-    if "numpy_scalar" in feats and ("must have the same dtype" in d or "dtype float64 != float32" in d
-                                    or "dtype int64 != int32" in d):
+    if "numpy_scalar" in feats and (
+        "must have the same dtype" in d or "dtype float64 != float32" in d or "dtype int64 != int32" in d
+    ):
         return "numpy_scalar"
     if "getitem_int_none" in feats and (failure.kind == "mismatch" and "shape" in d or "compiled raised" in d):
-        return "getitem_int_none"   # the traced shape differs, and so may every op after it
+        return "getitem_int_none"  # the traced shape differs, and so may every op after it
     return None
 
 
@@ -1982,8 +2107,9 @@ def classify_known(failure: Failure, program: Program | None = None) -> str | No
 # --------------------------------------------------------------------------
 
 
-def minimize(choices: list[int], fails: Callable[[list[int]], bool], max_evals: int = 400,
-             deadline: float | None = None) -> list[int]:
+def minimize(
+    choices: list[int], fails: Callable[[list[int]], bool], max_evals: int = 400, deadline: float | None = None
+) -> list[int]:
     """Shrink a choice sequence while ``fails`` holds: delete runs of choices,
     then lower each towards 0 (hypothesis's shrinker, in small)."""
     best = list(choices)
@@ -2020,20 +2146,21 @@ def minimize(choices: list[int], fails: Callable[[list[int]], bool], max_evals: 
         for size in (32, 16, 8, 4, 2, 1):
             i = 0
             while i < len(best):
-                if attempt(best[:i] + best[i + size:]):
+                if attempt(best[:i] + best[i + size :]):
                     improved = True
                 else:
                     i += size
         for i in range(len(best)):
             for v in (0, best[i] // 2, best[i] - 1) if i < len(best) else ():
-                if 0 <= v < best[i] and attempt(best[:i] + [v] + best[i + 1:]):
+                if 0 <= v < best[i] and attempt(best[:i] + [v] + best[i + 1 :]):
                     improved = True
                     break
     return best
 
 
-def minimize_program(program: Program, fails: Callable[[Program], bool], max_evals: int = 400,
-                     deadline: float | None = None) -> Program:
+def minimize_program(
+    program: Program, fails: Callable[[Program], bool], max_evals: int = 400, deadline: float | None = None
+) -> Program:
     """Shrink a program's text while ``fails`` holds: drop outputs, then runs
     of lines, halving the run length (C-Reduce's line pass over the
     program's lines; a candidate that no longer parses or names a value it
@@ -2059,7 +2186,7 @@ def minimize_program(program: Program, fails: Callable[[Program], bool], max_eva
 
     i = 0
     while len(best.outputs) > 1 and i < len(best.outputs):
-        if not attempt(best.lines, best.outputs[:i] + best.outputs[i + 1:]):
+        if not attempt(best.lines, best.outputs[:i] + best.outputs[i + 1 :]):
             i += 1
     improved = True
     while improved and evals < max_evals:
@@ -2068,7 +2195,7 @@ def minimize_program(program: Program, fails: Callable[[Program], bool], max_eva
         while size >= 1:
             i = 0
             while i < len(best.lines):
-                if attempt(best.lines[:i] + best.lines[i + size:], best.outputs):
+                if attempt(best.lines[:i] + best.lines[i + size :], best.outputs):
                     improved = True
                 else:
                     i += size
@@ -2093,8 +2220,9 @@ def _array_text(a: np.ndarray) -> str:
     return f"np.array({fmt(vals)}, dtype=np.{a.dtype.name})"
 
 
-def reproducer(program: Program, failure: Failure | None = None, replicas: int | None = None,
-               cores: int | None = None) -> str:
+def reproducer(
+    program: Program, failure: Failure | None = None, replicas: int | None = None, cores: int | None = None
+) -> str:
     """The program as a Python script that runs it compiled and eagerly."""
     replicas = replicas or (failure.replicas if failure else 1)
     cores = cores or (failure.cores if failure else 1)
@@ -2113,20 +2241,27 @@ def reproducer(program: Program, failure: Failure | None = None, replicas: int |
         out.append("    [" + ", ".join(_array_text(a) for a in rep) + "],")
     out.append("]")
     if cores == 2:
-        out.append("da = xtpu.DeviceAssignment.build(xtpu.initialize_tpu_system(), "
-                   f"computation_shape=[1, 1, 1, 2], num_replicas={replicas})")
+        out.append(
+            "da = xtpu.DeviceAssignment.build(xtpu.initialize_tpu_system(), "
+            f"computation_shape=[1, 1, 1, 2], num_replicas={replicas})"
+        )
         out.append("compiled = xtpu.replicate(computation, inputs, device_assignment=da)")
     else:
         out.append("compiled = xtpu.replicate(computation, inputs)")
     if src_e.replace("rid()", "xtpu.replica_id()") != src_c and not needs_emulation:
-        out += ["", "# eagerly the same computation with xtpu.GradientTape in place of xtpu.gradients:",
-                src_e.replace("def computation(", "def eager_computation(").replace("rid()", "xtpu.replica_id()").rstrip()]
+        out += [
+            "",
+            "# eagerly the same computation with xtpu.GradientTape in place of xtpu.gradients:",
+            src_e.replace("def computation(", "def eager_computation(").replace("rid()", "xtpu.replica_id()").rstrip(),
+        ]
         fn = "eager_computation"
     else:
         fn = "computation"
     if needs_emulation:
-        out += ["# eagerly: each replica's computation with cross_replica_sum / replica_id emulated",
-                "# across replicas (test/python/fuzz_programs.run_eager)"]
+        out += [
+            "# eagerly: each replica's computation with cross_replica_sum / replica_id emulated",
+            "# across replicas (test/python/fuzz_programs.run_eager)",
+        ]
     else:
         out.append(f"eager = [{fn}(*[xtpu.constant(a) for a in rep]) for rep in inputs]")
     out.append("print(compiled)")

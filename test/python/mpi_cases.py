@@ -96,7 +96,6 @@ def run_suite_functions() -> list[str]:
     """Test functions that assert against numpy themselves, run here on
     every rank; returns their names."""
     import pytest
-
     import test_api
     import test_logical_devices_runtime as ld
 

@@ -158,170 +158,226 @@ def _reshape_tiles(C: int) -> tuple[int, ...]:
 
 PROGRAMS: list[Program] = [
     Program(
-        "elementwise_chain", "elementwise",
+        "elementwise_chain",
+        "elementwise",
         [("x", (64, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 16), rows(C), C)}
             %a = hlo.multiply %xs, %xs : {t((64, 16))}
             %b = hlo.add %a, %xs : {t((64, 16))}
             %c = hlo.tanh %b : {t((64, 16))}
             %y = hlo.subtract %c, %xs : {t((64, 16))}
-        """,
+        """
+        ),
         [("y", (64, 16))],
-        lambda C: {}, lambda C: 0.0,
+        lambda C: {},
+        lambda C: 0.0,
     ),
     Program(
-        "matmul_rows", "HandleDot: lhs batch-like rows",
+        "matmul_rows",
+        "HandleDot: lhs batch-like rows",
         [("x", (64, 32)), ("w", (32, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 32), rows(C), C)}
             %y = hlo.dot_general %xs, %w, batching_dims = [] x [], contracting_dims = [1] x [0] : ({t((64, 32))}, {t((32, 16))}) -> {t((64, 16))}
-        """,
+        """
+        ),
         [("y", (64, 16))],
-        lambda C: {}, lambda C: 0.0,
+        lambda C: {},
+        lambda C: 0.0,
     ),
     Program(
-        "matmul_contracting", "HandleDot: partial sums, all_reduce",
+        "matmul_contracting",
+        "HandleDot: partial sums, all_reduce",
         [("x", (64, 32)), ("w", (32, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 32), cols(C), C)}
             {con("ws", "w", (32, 16), rows(C), C)}
             %y = hlo.dot_general %xs, %ws, batching_dims = [] x [], contracting_dims = [1] x [0] : ({t((64, 32))}, {t((32, 16))}) -> {t((64, 16))}
-        """,
+        """
+        ),
         [("y", (64, 16))],
-        lambda C: {"all_reduce": 1}, lambda C: all_reduce_bytes(64 * 16 * F32, C),
+        lambda C: {"all_reduce": 1},
+        lambda C: all_reduce_bytes(64 * 16 * F32, C),
     ),
     Program(
-        "matmul_cost_choice", "HandleDot + cost model: keep the larger operand's split",
+        "matmul_cost_choice",
+        "HandleDot + cost model: keep the larger operand's split",
         [("x", (64, 32)), ("w", (32, 256))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 32), rows(C), C)}
             {con("ws", "w", (32, 256), cols(C), C)}
             %y = hlo.dot_general %xs, %ws, batching_dims = [] x [], contracting_dims = [1] x [0] : ({t((64, 32))}, {t((32, 256))}) -> {t((64, 256))}
-        """,
+        """
+        ),
         [("y", (64, 256))],
         # x (8 KB) is gathered, not w (32 KB): result split on columns
-        lambda C: {"all_gather": 1}, lambda C: (C - 1) * 64 * 32 * F32 / C,
+        lambda C: {"all_gather": 1},
+        lambda C: (C - 1) * 64 * 32 * F32 / C,
         kept={"y": lambda C: sharding(cols(C), C)},
     ),
     Program(
-        "transpose", "HandleTranspose",
+        "transpose",
+        "HandleTranspose",
         [("x", (64, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 16), rows(C), C)}
             %tr = hlo.transpose %xs, dims = [1, 0] : ({t((64, 16))}) -> {t((16, 64))}
             %y = hlo.exponential %tr : {t((16, 64))}
-        """,
+        """
+        ),
         [("y", (16, 64))],
-        lambda C: {}, lambda C: 0.0,
+        lambda C: {},
+        lambda C: 0.0,
         kept={"y": lambda C: sharding(cols(C), C)},
     ),
     Program(
-        "reshape_merge", "HandleReshape: merge led by the split dimension",
+        "reshape_merge",
+        "HandleReshape: merge led by the split dimension",
         [("x", (8, 8, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (8, 8, 16), rows(C, 3), C)}
             %m = hlo.reshape %xs : ({t((8, 8, 16))}) -> {t((64, 16))}
             %y = hlo.negate %m : {t((64, 16))}
-        """,
+        """
+        ),
         [("y", (64, 16))],
-        lambda C: {}, lambda C: 0.0,
+        lambda C: {},
+        lambda C: 0.0,
         kept={"y": lambda C: sharding(rows(C), C)},
     ),
     Program(
-        "reshape_two_dims", "HandleReshape: tile assignment over two dimensions",
+        "reshape_two_dims",
+        "HandleReshape: tile assignment over two dimensions",
         [("x", (64, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 16), rows(C), C)}
             %m = hlo.reshape %xs : ({t((64, 16))}) -> {t((4, 16, 16))}
             %y = hlo.exponential %m : {t((4, 16, 16))}
-        """,
+        """
+        ),
         [("y", (4, 16, 16))],
-        lambda C: {}, lambda C: 0.0, xla=0.0,
+        lambda C: {},
+        lambda C: 0.0,
+        xla=0.0,
         kept={"y": lambda C: sharding(_reshape_tiles(C), C)},
     ),
     Program(
-        "reduce_kept_dim", "HandleReduce: split dimension kept",
+        "reduce_kept_dim",
+        "HandleReduce: split dimension kept",
         [("x", (64, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 16), rows(C), C)}
             %z = hlo.constant dense<0.0> : tensor<f32>
             %y = hlo.reduce(%xs init: %z) applies add across dimensions = [1] : ({t((64, 16))}, tensor<f32>) -> {t((64,))}
-        """,
+        """
+        ),
         [("y", (64,))],
-        lambda C: {}, lambda C: 0.0,
+        lambda C: {},
+        lambda C: 0.0,
     ),
     Program(
-        "reduce_split_dim", "HandleReduce: partial results, all_reduce",
+        "reduce_split_dim",
+        "HandleReduce: partial results, all_reduce",
         [("x", (64, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 16), rows(C), C)}
             %z = hlo.constant dense<0.0> : tensor<f32>
             %y = hlo.reduce(%xs init: %z) applies add across dimensions = [0] : ({t((64, 16))}, tensor<f32>) -> {t((16,))}
-        """,
+        """
+        ),
         [("y", (16,))],
-        lambda C: {"all_reduce": 1}, lambda C: all_reduce_bytes(16 * F32, C),
+        lambda C: {"all_reduce": 1},
+        lambda C: all_reduce_bytes(16 * F32, C),
     ),
     Program(
-        "reduce_scatter_result", "HandleReduce: partial results with a split result, reduce_scatter",
+        "reduce_scatter_result",
+        "HandleReduce: partial results with a split result, reduce_scatter",
         [("x", (16, 64))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (16, 64), cols(C), C)}
             %z = hlo.constant dense<0.0> : tensor<f32>
             %s = hlo.reduce(%xs init: %z) applies max across dimensions = [1] : ({t((16, 64))}, tensor<f32>) -> {t((16,))}
             {con("y", "s", (16,), (C,), C)}
-        """,
+        """
+        ),
         [("y", (16,))],
-        lambda C: {"reduce_scatter": 1}, lambda C: scatter_bytes(16 * F32, C),
+        lambda C: {"reduce_scatter": 1},
+        lambda C: scatter_bytes(16 * F32, C),
     ),
     Program(
-        "dot_reduce_scatter", "HandleDot: partial sums with a split output, reduce_scatter",
+        "dot_reduce_scatter",
+        "HandleDot: partial sums with a split output, reduce_scatter",
         [("x", (64, 128)), ("w", (128, 32))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 128), cols(C), C)}
             {con("ws", "w", (128, 32), rows(C), C)}
             %h = hlo.dot_general %xs, %ws, batching_dims = [] x [], contracting_dims = [1] x [0] : ({t((64, 128))}, {t((128, 32))}) -> {t((64, 32))}
             {con("y", "h", (64, 32), rows(C), C)}
-        """,
+        """
+        ),
         [("y", (64, 32))],
-        lambda C: {"reduce_scatter": 1}, lambda C: scatter_bytes(64 * 32 * F32, C), xla=7168.0,
+        lambda C: {"reduce_scatter": 1},
+        lambda C: scatter_bytes(64 * 32 * F32, C),
+        xla=7168.0,
     ),
     Program(
-        "concat_split", "HandleConcatenate: split concatenated dimension kept",
+        "concat_split",
+        "HandleConcatenate: split concatenated dimension kept",
         [("a", (64, 16)), ("b", (64, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("as", "a", (64, 16), rows(C), C)}
             {con("bs", "b", (64, 16), rows(C), C)}
             %c = hlo.concatenate %as, %bs dim = 0 : ({t((64, 16))}, {t((64, 16))}) -> {t((128, 16))}
             %y = hlo.exponential %c : {t((128, 16))}
-        """,
+        """
+        ),
         [("y", (128, 16))],
         lambda C: {"collective_permute": None},
-        lambda C: max(concat_lacking([64, 64], C)) * 16 * F32, xla=1792.0,
+        lambda C: max(concat_lacking([64, 64], C)) * 16 * F32,
+        xla=1792.0,
         kept={"y": lambda C: sharding(rows(C), C)},
     ),
     Program(
-        "concat_three_uneven", "HandleConcatenate: inputs of different sizes",
+        "concat_three_uneven",
+        "HandleConcatenate: inputs of different sizes",
         [("a", (32, 16)), ("b", (64, 16)), ("c", (32, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("as", "a", (32, 16), rows(C), C)}
             {con("bs", "b", (64, 16), rows(C), C)}
             {con("cs", "c", (32, 16), rows(C), C)}
             %y = hlo.concatenate %as, %bs, %cs dim = 0 : ({t((32, 16))}, {t((64, 16))}, {t((32, 16))}) -> {t((128, 16))}
-        """,
+        """
+        ),
         [("y", (128, 16))],
         lambda C: {"collective_permute": None},
         lambda C: max(concat_lacking([32, 64, 32], C)) * 16 * F32,
         kept={"y": lambda C: sharding(rows(C), C)},
     ),
     Program(
-        "concat_with_replicated", "HandleConcatenate: a split input and a replicated one",
+        "concat_with_replicated",
+        "HandleConcatenate: a split input and a replicated one",
         [("a", (64, 16)), ("b", (64, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("as", "a", (64, 16), rows(C), C)}
             {con("bs", "b", (64, 16), (1, 1), C)}
             %y = hlo.concatenate %as, %bs dim = 0 : ({t((64, 16))}, {t((64, 16))}) -> {t((128, 16))}
-        """,
+        """
+        ),
         [("y", (128, 16))],
         # only a's tiles move: b is whole on every core
         lambda C: {"collective_permute": None},
@@ -329,24 +385,31 @@ PROGRAMS: list[Program] = [
         kept={"y": lambda C: sharding(rows(C), C)},
     ),
     Program(
-        "concat_other_dim", "HandleConcatenate: split of another dimension",
+        "concat_other_dim",
+        "HandleConcatenate: split of another dimension",
         [("a", (64, 8)), ("b", (64, 8))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("as", "a", (64, 8), rows(C), C)}
             %y = hlo.concatenate %as, %b dim = 1 : ({t((64, 8))}, {t((64, 8))}) -> {t((64, 16))}
-        """,
+        """
+        ),
         [("y", (64, 16))],
-        lambda C: {}, lambda C: 0.0,
+        lambda C: {},
+        lambda C: 0.0,
     ),
     Program(
-        "stencil_halo", "HandleSlice: shifted slices, halo exchange",
+        "stencil_halo",
+        "HandleSlice: shifted slices, halo exchange",
         [("x", (72, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (72, 16), rows(C), C)}
             %u = hlo.slice %xs, start = [4, 0], limit = [68, 16], strides = [1, 1] : ({t((72, 16))}) -> {t((64, 16))}
             %v = hlo.slice %xs, start = [0, 0], limit = [64, 16], strides = [1, 1] : ({t((72, 16))}) -> {t((64, 16))}
             %y = hlo.add %u, %v : {t((64, 16))}
-        """,
+        """
+        ),
         [("y", (64, 16))],
         lambda C: {"collective_permute": None},
         lambda C: max(a + b for a, b in zip(lacking(72, C, 4, 64), lacking(72, C, 0, 64))) * 16 * F32,
@@ -354,47 +417,59 @@ PROGRAMS: list[Program] = [
         kept={"y": lambda C: sharding(rows(C), C)},
     ),
     Program(
-        "slice_uneven_tiles", "HandleSlice: operand and result tiles of different sizes",
+        "slice_uneven_tiles",
+        "HandleSlice: operand and result tiles of different sizes",
         [("x", (80, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (80, 16), rows(C), C)}
             %u = hlo.slice %xs, start = [8, 0], limit = [72, 16], strides = [1, 1] : ({t((80, 16))}) -> {t((64, 16))}
             %y = hlo.exponential %u : {t((64, 16))}
-        """,
+        """
+        ),
         [("y", (64, 16))],
         lambda C: permutes_if(max(lacking(80, C, 8, 64))),
         lambda C: max(lacking(80, C, 8, 64)) * 16 * F32,
         kept={"y": lambda C: sharding(rows(C), C)},
     ),
     Program(
-        "slice_strided", "HandleSlice: a strided slice inside every tile",
+        "slice_strided",
+        "HandleSlice: a strided slice inside every tile",
         [("x", (64, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 16), rows(C), C)}
             %y = hlo.slice %xs, start = [1, 0], limit = [64, 16], strides = [2, 1] : ({t((64, 16))}) -> {t((32, 16))}
-        """,
+        """
+        ),
         [("y", (32, 16))],
-        lambda C: {}, lambda C: 0.0,
+        lambda C: {},
+        lambda C: 0.0,
         kept={"y": lambda C: sharding(rows(C), C)},
     ),
     Program(
-        "pad_halo", "HandlePad: edge padding of a split dimension",
+        "pad_halo",
+        "HandlePad: edge padding of a split dimension",
         [("x", (64, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 16), rows(C), C)}
             %z = hlo.constant dense<-1.0> : tensor<f32>
             %p = hlo.pad %xs, %z, low = [4, 0], high = [4, 0], interior = [0, 0] : ({t((64, 16))}, tensor<f32>) -> {t((72, 16))}
             %y = hlo.exponential %p : {t((72, 16))}
-        """,
+        """
+        ),
         [("y", (72, 16))],
         lambda C: permutes_if(max(lacking(64, C, -4, 72))),
         lambda C: max(lacking(64, C, -4, 72)) * 16 * F32,
         kept={"y": lambda C: sharding(rows(C), C)},
     ),
     Program(
-        "softmax_split_axis", "HandleReduce + elementwise: softmax along the split axis",
+        "softmax_split_axis",
+        "HandleReduce + elementwise: softmax along the split axis",
         [("x", (16, 64))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (16, 64), cols(C), C)}
             %ninf = hlo.constant dense<-1000.0> : tensor<f32>
             %m = hlo.reduce(%xs init: %ninf) applies max across dimensions = [1] : ({t((16, 64))}, tensor<f32>) -> {t((16,))}
@@ -405,52 +480,68 @@ PROGRAMS: list[Program] = [
             %s = hlo.reduce(%e init: %z) applies add across dimensions = [1] : ({t((16, 64))}, tensor<f32>) -> {t((16,))}
             %sb = hlo.broadcast_in_dim %s, dims = [0] : ({t((16,))}) -> {t((16, 64))}
             %y = hlo.divide %e, %sb : {t((16, 64))}
-        """,
+        """
+        ),
         [("y", (16, 64))],
-        lambda C: {"all_reduce": 2}, lambda C: 2 * all_reduce_bytes(16 * F32, C),
+        lambda C: {"all_reduce": 2},
+        lambda C: 2 * all_reduce_bytes(16 * F32, C),
         exact=False,
         kept={"y": lambda C: sharding(cols(C), C)},
     ),
     Program(
-        "image_pixel_mlp", "the seed's image split [1,2,4,1], a per-pixel dense layer",
+        "image_pixel_mlp",
+        "the seed's image split [1,2,4,1], a per-pixel dense layer",
         [("x", (2, 8, 8, 3)), ("w", (3, 8))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (2, 8, 8, 3), _image_tiles(C), C)}
             %h = hlo.dot_general %xs, %w, batching_dims = [] x [], contracting_dims = [3] x [0] : ({t((2, 8, 8, 3))}, {t((3, 8))}) -> {t((2, 8, 8, 8))}
             %z = hlo.constant dense<0.0> : {t((2, 8, 8, 8))}
             %y = hlo.maximum %h, %z : {t((2, 8, 8, 8))}
-        """,
+        """
+        ),
         [("y", (2, 8, 8, 8))],
-        lambda C: {}, lambda C: 0.0,
+        lambda C: {},
+        lambda C: 0.0,
         kept={"y": lambda C: sharding(_image_tiles(C), C)},
     ),
     Program(
-        "backward_from_output", "propagation backward from an annotated output",
+        "backward_from_output",
+        "propagation backward from an annotated output",
         [("x", (64, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             %e = hlo.exponential %x : {t((64, 16))}
             %m = hlo.multiply %e, %x : {t((64, 16))}
             {con("y", "m", (64, 16), rows(C), C)}
-        """,
+        """
+        ),
         [("y", (64, 16))],
-        lambda C: {}, lambda C: 0.0,
+        lambda C: {},
+        lambda C: 0.0,
         kept={"e": lambda C: sharding(rows(C), C)},
     ),
     Program(
-        "conflicting_annotations", "two annotations of one chain: all_to_all between them",
+        "conflicting_annotations",
+        "two annotations of one chain: all_to_all between them",
         [("x", (64, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 16), rows(C), C)}
             %e = hlo.exponential %xs : {t((64, 16))}
             {con("y", "e", (64, 16), cols(C), C)}
-        """,
+        """
+        ),
         [("y", (64, 16))],
-        lambda C: {"all_to_all": 1}, lambda C: scatter_bytes(64 * 16 * F32 // C, C),
+        lambda C: {"all_to_all": 1},
+        lambda C: scatter_bytes(64 * 16 * F32 // C, C),
     ),
     Program(
-        "mlp_two_layers", "HandleDot twice, a batch reduction at the end",
+        "mlp_two_layers",
+        "HandleDot twice, a batch reduction at the end",
         [("x", (64, 32)), ("w1", (32, 64)), ("w2", (64, 16))],
-        lambda C: f"""
+        lambda C: (
+            f"""
             {con("xs", "x", (64, 32), rows(C), C)}
             %h = hlo.dot_general %xs, %w1, batching_dims = [] x [], contracting_dims = [1] x [0] : ({t((64, 32))}, {t((32, 64))}) -> {t((64, 64))}
             %zero = hlo.constant dense<0.0> : {t((64, 64))}
@@ -458,9 +549,11 @@ PROGRAMS: list[Program] = [
             %o = hlo.dot_general %a, %w2, batching_dims = [] x [], contracting_dims = [1] x [0] : ({t((64, 64))}, {t((64, 16))}) -> {t((64, 16))}
             %z = hlo.constant dense<0.0> : tensor<f32>
             %y = hlo.reduce(%o init: %z) applies add across dimensions = [0] : ({t((64, 16))}, tensor<f32>) -> {t((16,))}
-        """,
+        """
+        ),
         [("y", (16,))],
-        lambda C: {"all_reduce": 1}, lambda C: all_reduce_bytes(16 * F32, C),
+        lambda C: {"all_reduce": 1},
+        lambda C: all_reduce_bytes(16 * F32, C),
     ),
 ]
 

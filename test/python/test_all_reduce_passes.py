@@ -46,8 +46,9 @@ def _random_step(seed, n):
 @pytest.mark.parametrize("seed", range(4))
 def test_combined_program_gives_the_same_bits(n, seed):
     rng = np.random.default_rng(100 + seed)
-    inputs = [[rng.standard_normal((3, 2)).astype(np.float32), rng.integers(-50, 50, (5,)).astype(np.int32)]
-              for _ in range(n)]
+    inputs = [
+        [rng.standard_normal((3, 2)).astype(np.float32), rng.integers(-50, 50, (5,)).astype(np.int32)] for _ in range(n)
+    ]
     lowered = xtpu.lower(_random_step(seed, n), inputs)
     want = lowered.compile(BASE)(inputs)
     combined = lowered.compile(COMBINE)
@@ -107,8 +108,10 @@ def test_strategy_gradients_are_combined_and_train_alike():
 def test_decomposed_all_reduce_gives_the_same_bits(n, size, elements):
     rng = np.random.default_rng(elements)
     groups = None if size == n else _groups(n, size)
-    inputs = [[rng.standard_normal((elements,)).astype(np.float64),
-               rng.integers(-9, 9, (elements, 2)).astype(np.int64)] for _ in range(n)]
+    inputs = [
+        [rng.standard_normal((elements,)).astype(np.float64), rng.integers(-9, 9, (elements, 2)).astype(np.int64)]
+        for _ in range(n)
+    ]
 
     def step(x, i):
         return xtpu.cross_replica_sum(x, groups), xtpu.cross_replica_sum(i, groups)
@@ -148,7 +151,7 @@ def test_combined_gradients_match_finite_differences():
 
     def total(xv, yv):
         sx, sy = sum(xv), sum(yv)
-        return n * (np.sum(sx * sx) + np.sum(sy ** 3))
+        return n * (np.sum(sx * sx) + np.sum(sy**3))
 
     eps = 1e-6
     for r in range(n):

@@ -20,13 +20,22 @@ def reset(monkeypatch):
 def blas_threads():
     """Threads of numpy's BLAS, the one xtpu's kernels call (scipy, loaded
     by other tests, brings a BLAS of its own that xtpu need not limit)."""
-    return [m["num_threads"] for m in threadpool_info()
-            if m["user_api"] == "blas" and "numpy" in m["filepath"]]
+    return [m["num_threads"] for m in threadpool_info() if m["user_api"] == "blas" and "numpy" in m["filepath"]]
 
 
-@pytest.mark.parametrize("budget,workers,expected", [
-    (16, 1, 16), (16, 2, 8), (16, 8, 2), (16, 32, 1), (2, 2, 1), (2, 8, 1), (3, 2, 1), (8, 3, 2),
-])
+@pytest.mark.parametrize(
+    "budget,workers,expected",
+    [
+        (16, 1, 16),
+        (16, 2, 8),
+        (16, 8, 2),
+        (16, 32, 1),
+        (2, 2, 1),
+        (2, 8, 1),
+        (3, 2, 1),
+        (8, 3, 2),
+    ],
+)
 def test_threads_per_worker_shares_the_budget(budget, workers, expected):
     xtpu.config.threading.set_intra_op_parallelism_threads(budget)
     assert xtpu.config.threading.get_intra_op_parallelism_threads() == budget
@@ -110,7 +119,6 @@ def test_the_count_a_user_set_between_runs_is_the_one_restored():
         with threadpool_limits(limits=1, user_api="blas"):
             with lim:  # already at the limit: nothing to set or restore
                 assert set(blas_threads()) == {1}
-                assert blas_budget._restore == [] or all(
-                    c.get_num_threads() == 1 for c, _ in blas_budget._restore)
+                assert blas_budget._restore == [] or all(c.get_num_threads() == 1 for c, _ in blas_budget._restore)
             assert set(blas_threads()) == {1}
         assert set(blas_threads()) == {2}

@@ -56,14 +56,17 @@ class Sub(np.ndarray):
     pass
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda i: [[x.astype(np.float64), w] for x, w in i], "input 0 must be float32\\[3x6\\], got float64\\[3x6\\]"),
-    (lambda i: [[x[:2], w] for x, w in i], "input 0 must be float32\\[3x6\\], got float32\\[2x6\\]"),
-    (lambda i: i[:3], "it was compiled for 4 replicas, got inputs for 3"),
-    (lambda i: [[x] for x, _ in i], "each replica takes 2 inputs, got 1"),
-    (lambda i: [[x, w, w] for x, w in i], "each replica takes 2 inputs, got 3"),
-    (lambda i: [{"x": x, "w": w} for x, w in i], "the inputs must have the structure"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda i: [[x.astype(np.float64), w] for x, w in i], "input 0 must be float32\\[3x6\\], got float64\\[3x6\\]"),
+        (lambda i: [[x[:2], w] for x, w in i], "input 0 must be float32\\[3x6\\], got float32\\[2x6\\]"),
+        (lambda i: i[:3], "it was compiled for 4 replicas, got inputs for 3"),
+        (lambda i: [[x] for x, _ in i], "each replica takes 2 inputs, got 1"),
+        (lambda i: [[x, w, w] for x, w in i], "each replica takes 2 inputs, got 3"),
+        (lambda i: [{"x": x, "w": w} for x, w in i], "the inputs must have the structure"),
+    ],
+)
 def test_inputs_off_the_fast_path_get_the_general_paths_errors(change, message):
     inputs = data()
     c = xtpu.lower(step, inputs).compile()
@@ -85,7 +88,7 @@ def test_programs_with_nested_or_padded_inputs_have_no_fast_path():
     nested = [[(x, w)] for x, w in data()]
     c = xtpu.lower(lambda p: xtpu.cross_replica_sum(p[0] @ p[1]), nested).compile()
     assert c._plain is None
-    np.testing.assert_allclose(c(nested)[0][0], sum(x @ w for (x, w), in nested), rtol=1e-5)
+    np.testing.assert_allclose(c(nested)[0][0], sum(x @ w for ((x, w),) in nested), rtol=1e-5)
     strings = [[np.array("a", dtype=object)] for _ in range(2)]
     assert replication._plain_specs(xtpu.lower(lambda s: s, strings).signature) is None
 
@@ -115,8 +118,7 @@ def test_a_broadcast_constant_is_folded_out_of_the_plan():
     inputs = [[np.arange(6, dtype=np.float32).reshape(2, 3) + r] for r in range(2)]
     c = xtpu.lower(folded_program(), inputs).compile()
     plan = c.executable.device_plan
-    folded = [i for i, op in enumerate(plan.ops)
-              if not isinstance(op, plan_mod.CONSTANT_OPS) and i in plan._constants]
+    folded = [i for i, op in enumerate(plan.ops) if not isinstance(op, plan_mod.CONSTANT_OPS) and i in plan._constants]
     assert folded, plan.source
     for i in folded:
         assert f"k{i}(" not in plan.source  # no line of its own
@@ -133,6 +135,7 @@ def test_a_fold_that_would_raise_is_left_to_the_run(monkeypatch):
     def refuse(cls, **params):
         def k(*args):
             raise FloatingPointError("refused")
+
         return k
 
     inputs = [[np.ones((2, 3), np.float32)]]
@@ -150,7 +153,9 @@ def test_a_fold_larger_than_the_cap_stays_an_op(monkeypatch):
     inputs = [[np.ones((2, 3), np.float32)]]
     c = xtpu.lower(folded_program(), inputs).compile()
     plan = c.executable.device_plan
-    assert not [i for i, op in enumerate(plan.ops) if not isinstance(op, plan_mod.CONSTANT_OPS) and i in plan._constants]
+    assert not [
+        i for i, op in enumerate(plan.ops) if not isinstance(op, plan_mod.CONSTANT_OPS) and i in plan._constants
+    ]
     np.testing.assert_array_equal(c(inputs)[0][0], inputs[0][0] * np.float32(0.5))
 
 
@@ -178,8 +183,7 @@ def test_participant_kernels_are_built_when_a_mode_needs_them():
 
 def test_a_program_with_a_host_cluster_builds_every_participant_at_compile():
     inputs = [[np.float32(r)] for r in range(3)]
-    c = xtpu.lower(lambda x: xtpu.outside_compilation(lambda v: v + 1.0, xtpu.math.exp(x)) * 2.0,
-                   inputs).compile()
+    c = xtpu.lower(lambda x: xtpu.outside_compilation(lambda v: v + 1.0, xtpu.math.exp(x)) * 2.0, inputs).compile()
     assert c.executable.replica_execution[0] == "threads"
     assert all(k is not None for k in c.executable.device_kernels._kernels)
     assert [float(o[0]) for o in c(inputs)] == [(np.exp(np.float32(r)) + 1) * 2 for r in range(3)]

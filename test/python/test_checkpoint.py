@@ -60,13 +60,17 @@ def test_format_keys_and_values(tmp_path):
         "save_counter/.ATTRIBUTES/VARIABLE_VALUE",
     ]
     np.testing.assert_array_equal(files["model/w/.ATTRIBUTES/VARIABLE_VALUE"], model.w.numpy())
-    np.testing.assert_array_equal(files["model/w/.OPTIMIZER_SLOT/optimizer/momentum/.ATTRIBUTES/VARIABLE_VALUE"],
-                                  opt.get_slot(model.w, "momentum").numpy())
+    np.testing.assert_array_equal(
+        files["model/w/.OPTIMIZER_SLOT/optimizer/momentum/.ATTRIBUTES/VARIABLE_VALUE"],
+        opt.get_slot(model.w, "momentum").numpy(),
+    )
     assert int(files["optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE"]) == 1
     # A mirrored variable reachable twice is saved once.
     ck2 = xtpu.train.Checkpoint(a=model.w, b=[model.w])
     with np.load(ck2.write(str(tmp_path / "two")) + ".npz") as z:
-        assert [k for k in z.files if "VARIABLE_VALUE" in k and not k.startswith("save")] == ["a/.ATTRIBUTES/VARIABLE_VALUE"]
+        assert [k for k in z.files if "VARIABLE_VALUE" in k and not k.startswith("save")] == [
+            "a/.ATTRIBUTES/VARIABLE_VALUE"
+        ]
 
 
 def test_restore_mid_training_gives_identical_results(tmp_path):
@@ -116,7 +120,9 @@ def test_manager_keeps_max_to_keep_and_errors(tmp_path):
     with pytest.raises(AttributeError, match="property 'save_counter' of 'Checkpoint' object has no setter"):
         xtpu.train.Checkpoint(save_counter=v)
     model = Model()
-    with pytest.raises(ValueError, match="Cannot create a Checkpoint with keyword argument w if root.w already exists."):
+    with pytest.raises(
+        ValueError, match="Cannot create a Checkpoint with keyword argument w if root.w already exists."
+    ):
         xtpu.train.Checkpoint(model, w=v)
     assert xtpu.train.Checkpoint(model, w=model.w).w is model.w
 

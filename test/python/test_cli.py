@@ -67,9 +67,14 @@ def test_opt_still_runs_xdsl_generic_passes_after_xtpu_ones(tmp_path):
     assert p.stdout.count("ccl.all_reduce") == 2 and "tpu.cross_replica_sum" not in p.stdout
 
 
-@pytest.mark.parametrize("argv, tool", [(["xtpu-opt", "--version"], "xtpu-opt"),
-                                        (["xtpu-run", "--version"], "xtpu-run"),
-                                        ([sys.executable, "-m", "xtpu", "--version"], "xtpu")])
+@pytest.mark.parametrize(
+    "argv, tool",
+    [
+        (["xtpu-opt", "--version"], "xtpu-opt"),
+        (["xtpu-run", "--version"], "xtpu-run"),
+        ([sys.executable, "-m", "xtpu", "--version"], "xtpu"),
+    ],
+)
 def test_version_names_xtpu_and_xdsl(argv, tool):
     p = run(*argv)
     assert p.returncode == 0, p.stderr
@@ -141,8 +146,9 @@ def test_run_names_a_text_file_with_an_npy_name_as_not_numpy(matmul_module):
     (d / "t.npz").write_text("1 2 3\n")
     p = run("xtpu-run", "mm.mlir", "-i", "t.npy,w.npy", cwd=d)
     assert p.returncode == 1
-    assert p.stderr.strip() == ("xtpu-run: cannot read t.npy: the file is not in NumPy's format; "
-                                ".npy files are written by numpy.save")
+    assert p.stderr.strip() == (
+        "xtpu-run: cannot read t.npy: the file is not in NumPy's format; .npy files are written by numpy.save"
+    )
     assert "pickle" not in p.stderr
     p = run("xtpu-run", "mm.mlir", "-i", "t.npz", cwd=d)
     assert p.returncode == 1 and "cannot read t.npz: the file is not in NumPy's format" in p.stderr
@@ -153,8 +159,14 @@ def test_run_into_a_closed_pipe_exits_quietly(matmul_module):
     read_end, write_end = os.pipe()
     os.close(read_end)  # as `| head -0`: the reader is gone before the first line
     try:
-        p = subprocess.run(["xtpu-run", "mm.mlir", "-i", "x.npy,w.npy"], cwd=d, stdout=write_end,
-                           stderr=subprocess.PIPE, text=True, timeout=120)
+        p = subprocess.run(
+            ["xtpu-run", "mm.mlir", "-i", "x.npy,w.npy"],
+            cwd=d,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     finally:
         os.close(write_end)
     assert p.returncode == 0
@@ -163,7 +175,8 @@ def test_run_into_a_closed_pipe_exits_quietly(matmul_module):
 
 def test_run_piped_into_head_prints_the_first_lines_without_a_traceback(matmul_module):
     d, _ = matmul_module
-    p = subprocess.run("xtpu-run mm.mlir -i x.npy,w.npy | head -1", shell=True, cwd=d, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        "xtpu-run mm.mlir -i x.npy,w.npy | head -1", shell=True, cwd=d, capture_output=True, text=True, timeout=120
+    )
     assert p.stdout == "replica 0:\n"
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr

@@ -61,8 +61,9 @@ def test_all_to_all_tf_doc_example():
     # tpu_ops.all_to_all doc: replica 0 has [[A, B]], replica 1 [[C, D]];
     # concat 0, split 1, split_count 2 -> [[A], [C]] and [[B], [D]].
     a, b, c, d = 1.0, 2.0, 3.0, 4.0
-    out = xtpu.replicate(lambda x: xtpu.all_to_all(x, 0, 1, 2),
-                         [[np.array([[a, b]], np.float32)], [np.array([[c, d]], np.float32)]])
+    out = xtpu.replicate(
+        lambda x: xtpu.all_to_all(x, 0, 1, 2), [[np.array([[a, b]], np.float32)], [np.array([[c, d]], np.float32)]]
+    )
     np.testing.assert_array_equal(out[0][0], [[a], [c]])
     np.testing.assert_array_equal(out[1][0], [[b], [d]])
 
@@ -82,8 +83,9 @@ def test_collective_permute_without_pairs_gives_zeros():
     """StableHLO: a process that is no pair's target gets zeros (not x * 0,
     which is NaN for inf)."""
     xs = [[np.array([1.0, np.inf], np.float32), np.array([True])] for _ in range(2)]
-    out = xtpu.replicate(lambda x, b: (xtpu.collective_permute(x, []),
-                                       xtpu.collective_permute(b, np.zeros((0, 2), np.int32))), xs)
+    out = xtpu.replicate(
+        lambda x, b: (xtpu.collective_permute(x, []), xtpu.collective_permute(b, np.zeros((0, 2), np.int32))), xs
+    )
     for o in out:
         np.testing.assert_array_equal(o[0], [0.0, 0.0])
         np.testing.assert_array_equal(o[1], [False])
@@ -101,20 +103,29 @@ def test_collective_permute_takes_an_int_array_and_bool_values():
     "call, err, match",
     [
         (lambda x: xtpu.all_to_all(x, 0, 0, 0), ValueError, "split_count 0 must at least be one"),
-        (lambda x: xtpu.all_to_all(x, 0, 0, 2), ValueError,
-         "split_count 2 must equal the size of the second dimension of group_assignment 4"),
+        (
+            lambda x: xtpu.all_to_all(x, 0, 0, 2),
+            ValueError,
+            "split_count 2 must equal the size of the second dimension of group_assignment 4",
+        ),
         (lambda x: xtpu.all_to_all(x, 2, 0, 4), ValueError, "concat_dimension 2 is out of range of input rank 2"),
         (lambda x: xtpu.all_to_all(x, 0, -1, 4), ValueError, "split_dimension -1 is out of range of input rank 2"),
         (lambda x: xtpu.all_to_all(x, 0, 1, 4), ValueError, "input dimension 6 not divisible by split_count 4"),
         (lambda x: xtpu.all_to_all(x, 0, 0, 2, [[0, 1], [1, 2]]), ValueError, r"lists replicas \[1\] more than once"),
         (lambda x: xtpu.all_to_all(x, 0, 0, 2, [[0, 1]]), ValueError, r"misses replicas \[2, 3\]"),
-        (lambda x: xtpu.collective_permute(x, [[0, 1], [2, 1]]), ValueError,
-         r"Target 1 appears more than once in instruction's source-target pairs"),
-        (lambda x: xtpu.collective_permute(x, [[0, 1], [0, 2]]), ValueError,
-         r"Source 0 appears more than once"),
+        (
+            lambda x: xtpu.collective_permute(x, [[0, 1], [2, 1]]),
+            ValueError,
+            r"Target 1 appears more than once in instruction's source-target pairs",
+        ),
+        (lambda x: xtpu.collective_permute(x, [[0, 1], [0, 2]]), ValueError, r"Source 0 appears more than once"),
         (lambda x: xtpu.collective_permute(x, [[0, 4]]), ValueError, r"must be < 4 \(the replicas\), got \[0, 4\]"),
         (lambda x: xtpu.collective_permute(x, [[-1, 0]]), ValueError, "must be >= 0"),
-        (lambda x: xtpu.collective_permute(x, [0, 1]), ValueError, r"must be a list of lists of integer ids, got \[0, 1\]"),
+        (
+            lambda x: xtpu.collective_permute(x, [0, 1]),
+            ValueError,
+            r"must be a list of lists of integer ids, got \[0, 1\]",
+        ),
         (lambda x: xtpu.collective_permute(x, [[0, 1, 2]]), ValueError, r"shape \[num_pairs, 2\]"),
         (lambda x: xtpu.collective_permute(x, [[0, 1], [2]]), ValueError, r"shape \[num_pairs, 2\]"),
         (lambda x: xtpu.collective_permute(x, [[0, 1.5]]), ValueError, r"must hold integer ids, got 1.5"),
@@ -144,8 +155,9 @@ def test_refused_in_an_outside_compilation_cluster():
 
 
 def _logical(replicas):
-    return xtpu.DeviceAssignment.build(xtpu.initialize_tpu_system(), computation_shape=[1, 1, 1, 2],
-                                       num_replicas=replicas)
+    return xtpu.DeviceAssignment.build(
+        xtpu.initialize_tpu_system(), computation_shape=[1, 1, 1, 2], num_replicas=replicas
+    )
 
 
 @pytest.mark.parametrize("n, groups", [(2, None), (4, None), (4, [[0, 3], [1, 2]])])
@@ -208,7 +220,7 @@ def _replica_grads(collective, xs, ws, da=None):
 
 def _fd_grads(ref, xs, ws, eps=1e-6):
     def total(vals):
-        return sum(float(np.sum(w * y ** 2)) for w, y in zip(ws, ref(vals)))
+        return sum(float(np.sum(w * y**2)) for w, y in zip(ws, ref(vals)))
 
     grads = []
     for r, x in enumerate(xs):
@@ -260,8 +272,11 @@ def test_replica_context_all_gather_and_all_reduce(n, axis):
 
     def step(x):
         ctx = get_replica_context()
-        return ctx.all_gather({"a": x, "b": (x * 2,)}, axis), ctx.all_reduce(xtpu.ReduceOp.MEAN, x), \
-            ctx.all_reduce("sum", [x])
+        return (
+            ctx.all_gather({"a": x, "b": (x * 2,)}, axis),
+            ctx.all_reduce(xtpu.ReduceOp.MEAN, x),
+            ctx.all_reduce("sum", [x]),
+        )
 
     strategy = _strategy(n)
     gathered, mean, (total,) = strategy.run(step, args=(xtpu.PerReplica(xs),))

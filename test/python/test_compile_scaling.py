@@ -15,7 +15,6 @@ from xdsl.utils.exceptions import VerifyException
 
 import xtpu
 from xtpu import pipeline
-from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.passes import outline_outside_compilation as outline
 from xtpu.pipeline import parse_module, parse_pipeline, run_pipeline
 from xtpu.replication import default_pipeline
@@ -113,7 +112,7 @@ def _outline_positions(monkeypatch, fn, inputs, spacing=None):
 
 def _many_clusters(k):
     def f(x):
-        for i in range(k):
+        for _i in range(k):
             x = xtpu.outside_compilation(lambda v: v + 1.0, x * 2.0) * 1.0
         return x
 
@@ -207,8 +206,11 @@ def test_equal_dimension_tuples_share_one_attribute():
     def f(x, w):
         return (x @ w) @ w, xtpu.math.reduce_sum(x, axis=1)
 
-    ops = [op for op in xtpu.lower(f, [[np.ones((2, 2), np.float32), np.ones((2, 2), np.float32)]]).module.walk()
-           if isinstance(op, hlo.DotGeneralOp)]
+    ops = [
+        op
+        for op in xtpu.lower(f, [[np.ones((2, 2), np.float32), np.ones((2, 2), np.float32)]]).module.walk()
+        if isinstance(op, hlo.DotGeneralOp)
+    ]
     assert len(ops) == 2
     a, b = ops
     assert a.properties["lhs_contracting_dimensions"] is b.properties["lhs_contracting_dimensions"]

@@ -71,7 +71,9 @@ def test_nested_while_in_cond_and_matrix_loop_values():
     def f(m, k):
         def power(m):
             return xtpu.while_loop(
-                lambda i, acc: i < k, lambda i, acc: (i + 1, xtpu.matmul(acc, m)), (0, xtpu.constant(np.eye(2, dtype=np.float32)))
+                lambda i, acc: i < k,
+                lambda i, acc: (i + 1, xtpu.matmul(acc, m)),
+                (0, xtpu.constant(np.eye(2, dtype=np.float32))),
             )[1]
 
         return xtpu.cond(k > 0, lambda: power(m), lambda: m)
@@ -149,13 +151,16 @@ def test_a_tensor_from_inside_a_branch_cannot_leak_out():
         y = xtpu.cond(x > 0, true_fn, lambda: x)
         return y + leaked["t"]
 
-    with pytest.raises(ValueError, match=r"inside an xtpu.cond branch .* is used outside it \(at test_control_flow.py:\d+\)"):
+    with pytest.raises(
+        ValueError, match=r"inside an xtpu.cond branch .* is used outside it \(at test_control_flow.py:\d+\)"
+    ):
         xtpu.replicate(f, [[np.float32(1)]])
 
 
 def test_eager_cond_returns_tensors_as_traced():
     """A branch returning a Python float gives float32 eagerly as compiled
     (it was float64 eagerly: the issue 11 reproducer's ``lambda: 1.0``)."""
+
     def f(v):
         return xtpu.cond(xtpu.math.greater(v, 0.0), lambda: 1.0, lambda: v * 2.0)
 

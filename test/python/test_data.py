@@ -3,6 +3,7 @@ TF's documented results."""
 
 import numpy as np
 import pytest
+
 import xtpu
 from xtpu.data import Dataset
 from xtpu.distribute import InputContext, InputOptions, InputReplicationMode
@@ -144,16 +145,21 @@ def test_distribute_datasets_from_function_per_worker_and_per_replica(s2):
     assert contexts == [(1, 0, 2)]
     first = next(it)
     assert [list(map(int, v)) for v in first.values] == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    opts = InputOptions(experimental_replication_mode=InputReplicationMode.PER_REPLICA,
-                        experimental_fetch_to_device=False)
+    opts = InputOptions(
+        experimental_replication_mode=InputReplicationMode.PER_REPLICA, experimental_fetch_to_device=False
+    )
     it = iter(s2.distribute_datasets_from_function(dataset_fn, opts))
     assert contexts[1:] == [(2, 0, 2), (2, 1, 2)]
     first = next(it)
     assert [list(map(int, v)) for v in first.values] == [[0, 1, 2, 3], [100, 101, 102, 103]]
     with pytest.raises(ValueError, match="experimental_fetch_to_device is True"):
         s2.distribute_datasets_from_function(
-            dataset_fn, InputOptions(experimental_replication_mode=InputReplicationMode.PER_REPLICA,
-                                     experimental_place_dataset_on_device=True))
+            dataset_fn,
+            InputOptions(
+                experimental_replication_mode=InputReplicationMode.PER_REPLICA,
+                experimental_place_dataset_on_device=True,
+            ),
+        )
     with pytest.raises(NotImplementedError, match="PER_REPLICA"):
         s2.experimental_distribute_dataset(Dataset.range(4).batch(2), opts)
 
@@ -164,7 +170,8 @@ def test_input_context_and_value_context(s2):
     with pytest.raises(ValueError, match="The `global_batch_size` 10 is not divisible by `num_replicas_in_sync` 4"):
         ctx.get_per_replica_batch_size(10)
     vals = s2.experimental_distribute_values_from_function(
-        lambda c: np.full(2, c.replica_id_in_sync_group * 10 + c.num_replicas_in_sync, np.int32))
+        lambda c: np.full(2, c.replica_id_in_sync_group * 10 + c.num_replicas_in_sync, np.int32)
+    )
     assert [list(v) for v in vals.values] == [[2, 2], [12, 12]]
     out = s2.run(lambda v: v * 2, args=(vals,))
     assert [list(v) for v in out.values] == [[4, 4], [24, 24]]

@@ -8,9 +8,9 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import doc_snippets
 import pytest
 
-import doc_snippets
 from xtpu.tools import docgen
 
 ROOT = doc_snippets.ROOT
@@ -19,8 +19,10 @@ HAND_WRITTEN = ["README.md", "docs/logical-devices.md", "docs/optimizers.md"]
 
 def test_generated_docs_equal_the_definitions():
     stale = docgen.stale(ROOT)
-    assert stale == [], (f"{', '.join(stale)} differ from the op and pass definitions: "
-                         "run `python -m xtpu.tools.docgen` and commit the result")
+    assert stale == [], (
+        f"{', '.join(stale)} differ from the op and pass definitions: "
+        "run `python -m xtpu.tools.docgen` and commit the result"
+    )
 
 
 def test_every_op_and_pass_has_its_entry():
@@ -47,7 +49,8 @@ def test_every_snippet_runs_and_prints_what_the_text_says(doc, tmp_path):
 
 def test_the_checker_catches_wrong_output_and_what_the_repl_rejects(tmp_path):
     doc = tmp_path / "doc.md"
-    doc.write_text(textwrap.dedent('''\
+    doc.write_text(
+        textwrap.dedent("""\
         ```python
         import numpy as np
         np.float32(2) * 3   # -> 7.0
@@ -69,7 +72,8 @@ def test_the_checker_catches_wrong_output_and_what_the_repl_rejects(tmp_path):
         ```mlir
         unchecked
         ```
-        '''))
+        """)
+    )
     import doc_snippets as ds
 
     ds_root, ds.ROOT = ds.ROOT, tmp_path
@@ -94,8 +98,18 @@ def test_the_checker_compares_numbers_not_their_spelling():
 
 
 PATH_LIKE = re.compile(r"`([\w./*-]+)`|\]\(([\w./#*-]+)\)")
-REPO_DIRS = ("../", "compiler/", "dialects/", "passes/", "runtime/", "test/", "examples/", "benchmarks/", "docs/",
-             "xtpu/")
+REPO_DIRS = (
+    "../",
+    "compiler/",
+    "dialects/",
+    "passes/",
+    "runtime/",
+    "test/",
+    "examples/",
+    "benchmarks/",
+    "docs/",
+    "xtpu/",
+)
 
 
 @functools.cache
@@ -152,7 +166,11 @@ def test_a_path_only_in_the_working_tree_is_not_in_the_repository(tmp_path, monk
     monkeypatch.setattr(test_docs, "ROOT", tmp_path.resolve())
     test_docs.committed.cache_clear()
     try:
-        assert [in_repository(tmp_path / p) for p in ("docs/kept.md", "docs", "docs/new.md", "docs/gone.md")] == \
-            [True, True, False, False]
+        assert [in_repository(tmp_path / p) for p in ("docs/kept.md", "docs", "docs/new.md", "docs/gone.md")] == [
+            True,
+            True,
+            False,
+            False,
+        ]
     finally:
         test_docs.committed.cache_clear()

@@ -59,7 +59,9 @@ def test_seed_example_matches_each_replica_unpadded():
     _close(out[1][0], seed_computation(y), "replica 1")
     # The padded program: 8x2 (5 rounded up to a power of two), real sizes in the IR.
     text = xtpu.lower(
-        seed_computation, inputs=[x, y], maximum_shapes=[xtpu.TensorShape([None, None])],
+        seed_computation,
+        inputs=[x, y],
+        maximum_shapes=[xtpu.TensorShape([None, None])],
         padding_spec=xtpu.PaddingSpec.POWER_OF_TWO,
     ).as_text()
     assert "tensor<8x2xf32>" in text and "hlo.set_dimension_size" in text and "hlo.get_dimension_size" in text
@@ -69,7 +71,9 @@ def test_static_dimension_that_does_not_match_maximum_shapes():
     """Seed: ValueError "If the static inputs dimensions don't match with the
     values given in maximum_shapes"; the message names input, dimension and replica."""
     a, b = np.zeros((3, 2), np.float32), np.zeros((4, 3), np.float32)
-    with pytest.raises(ValueError, match=r"static dimension 1 of input 0 of replica 1 has size 3.*TensorShape\(\[None, 2\]\)"):
+    with pytest.raises(
+        ValueError, match=r"static dimension 1 of input 0 of replica 1 has size 3.*TensorShape\(\[None, 2\]\)"
+    ):
         xtpu.replicate(seed_computation, inputs=[[a], [b]], maximum_shapes=[xtpu.TensorShape([None, 2])])
     with pytest.raises(ValueError, match=r"input 0 of replica 0 does not match maximum_shapes .*rank 2 vs 3"):
         xtpu.replicate(seed_computation, inputs=[[a], [a]], maximum_shapes=[[None, 2, None]])
@@ -79,9 +83,15 @@ def test_structure_that_differs_from_inputs0():
     """Seed: ValueError "If the structure of inputs per replica does not match
     the structure of maximum_shapes"; the message gives the path."""
     a = np.zeros((3, 2), np.float32)
-    with pytest.raises(ValueError, match=r"structure of maximum_shapes must be the same as inputs\[0\].*at maximum_shapes inputs\[0\] has a sequence of 1, maximum_shapes has a list of 2"):
+    with pytest.raises(
+        ValueError,
+        match=r"structure of maximum_shapes must be the same as inputs\[0\].*at maximum_shapes inputs\[0\] has a sequence of 1, maximum_shapes has a list of 2",
+    ):
         xtpu.replicate(seed_computation, inputs=[[a], [a]], maximum_shapes=[[None, 2], [None, 2]])
-    with pytest.raises(ValueError, match=r"at maximum_shapes\[0\]\[1\] inputs\[0\] has a sequence of 2, maximum_shapes has a shape \[None, 2\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"at maximum_shapes\[0\]\[1\] inputs\[0\] has a sequence of 2, maximum_shapes has a shape \[None, 2\]",
+    ):
         xtpu.replicate(lambda p: p[0], inputs=[[(a, (a, a))]], maximum_shapes=[([None, 2], [None, 2])])
     with pytest.raises(ValueError, match=r"padding_spec must be a PaddingSpec"):
         xtpu.replicate(seed_computation, inputs=[[a]], maximum_shapes=[[None, 2]], padding_spec=7)
@@ -149,7 +159,7 @@ OPS = _ops()
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_padded_compiled_equals_unpadded_eager(name, replicas):
     fn = OPS[name]
-    rng = np.random.default_rng(zlib.crc32(f'{name}-{replicas}'.encode()))
+    rng = np.random.default_rng(zlib.crc32(f"{name}-{replicas}".encode()))
     xs = [rng.standard_normal((int(rng.integers(1, 12)), 3)) for _ in range(replicas)]
     out = xtpu.replicate(
         fn, inputs=[[x] for x in xs], maximum_shapes=[[None, 3]], padding_spec=xtpu.PaddingSpec.POWER_OF_TWO
@@ -172,8 +182,9 @@ def test_cross_replica_sum_of_padded_values(replicas):
     def f(x):
         return xtpu.cross_replica_sum(x), xtpu.cross_replica_sum(xtpu.math.reduce_max(x, axis=0))
 
-    out = xtpu.replicate(f, inputs=[[x] for x in xs], maximum_shapes=[[None, 3]],
-                         padding_spec=xtpu.PaddingSpec.POWER_OF_TWO)
+    out = xtpu.replicate(
+        f, inputs=[[x] for x in xs], maximum_shapes=[[None, 3]], padding_spec=xtpu.PaddingSpec.POWER_OF_TWO
+    )
     longest = max(len(x) for x in xs)
     want = sum(np.pad(x, ((0, longest - len(x)), (0, 0))) for x in xs)
     want_max = sum(x.max(axis=0) for x in xs)
@@ -184,8 +195,9 @@ def test_cross_replica_sum_of_padded_values(replicas):
 
 def test_cross_replica_sum_groups_take_the_longest_in_their_group():
     xs = [np.ones((n, 2)) for n in (1, 5, 2, 3)]
-    out = xtpu.replicate(lambda x: xtpu.cross_replica_sum(x, [[0, 2], [1, 3]]),
-                         inputs=[[x] for x in xs], maximum_shapes=[[None, 2]])
+    out = xtpu.replicate(
+        lambda x: xtpu.cross_replica_sum(x, [[0, 2], [1, 3]]), inputs=[[x] for x in xs], maximum_shapes=[[None, 2]]
+    )
     for r, want_len in enumerate((2, 5, 2, 5)):
         assert out[r][0].shape == (want_len, 2)
     np.testing.assert_array_equal(out[1][0][:, 0], [2, 2, 2, 1, 1])
@@ -218,8 +230,9 @@ def test_gradients_on_padded_values_match_finite_differences():
         y = loss(x)
         return y, xtpu.gradients(y, x)[0], xtpu.gradients(xtpu.math.reduce_sum(x), x)[0]
 
-    out = xtpu.replicate(f, inputs=[[x] for x in xs], maximum_shapes=[[None, 3]],
-                         padding_spec=xtpu.PaddingSpec.POWER_OF_TWO)
+    out = xtpu.replicate(
+        f, inputs=[[x] for x in xs], maximum_shapes=[[None, 3]], padding_spec=xtpu.PaddingSpec.POWER_OF_TWO
+    )
     for r, x in enumerate(xs):
         _close(out[r][0], loss(x), f"loss, replica {r}")
         np.testing.assert_allclose(out[r][1], _numeric_grad(lambda v: float(loss(v)), x), atol=1e-6)
@@ -258,8 +271,9 @@ def test_power_of_two_compiles_once_per_bucket():
     for _ in range(100):
         lengths = rng.integers(1, 1001, size=2)
         xs = [np.ones((int(n), 1), np.float32) for n in lengths]
-        out = xtpu.replicate(_step, inputs=[[x] for x in xs], maximum_shapes=[[None, 1]],
-                             padding_spec=xtpu.PaddingSpec.POWER_OF_TWO)
+        out = xtpu.replicate(
+            _step, inputs=[[x] for x in xs], maximum_shapes=[[None, 1]], padding_spec=xtpu.PaddingSpec.POWER_OF_TWO
+        )
         assert [float(o[0][0]) for o in out] == [float(n) for n in lengths]
         buckets.add(1 << (int(max(lengths)) - 1).bit_length())
     info = xtpu.replicate.cache_info()
@@ -276,8 +290,12 @@ def test_auto_compiles_once_per_distinct_maximum():
     for _ in range(20):
         lengths = rng.integers(1, 8, size=2)
         maxima.add(int(max(lengths)))
-        xtpu.replicate(_step, inputs=[[np.ones((int(n), 1))] for n in lengths], maximum_shapes=[[None, 1]],
-                       padding_spec=xtpu.PaddingSpec.AUTO)
+        xtpu.replicate(
+            _step,
+            inputs=[[np.ones((int(n), 1))] for n in lengths],
+            maximum_shapes=[[None, 1]],
+            padding_spec=xtpu.PaddingSpec.AUTO,
+        )
     info = xtpu.replicate.cache_info()
     assert (info.misses, info.hits) == (len(maxima), 20 - len(maxima))
     xtpu.replicate.cache_clear()
@@ -293,7 +311,10 @@ def test_unsupported_op_on_a_padded_value_names_the_op_and_line():
     def f(x):
         return xtpu.reshape(x, [2, -1])  # splits the padded dimension
 
-    with pytest.raises(DiagnosticException, match=r"'hlo.reshape' op \(at .*test_dynamic_shapes.py:\d+\) has operand 0 padded along dimension 0.*splits padded dimension 0"):
+    with pytest.raises(
+        DiagnosticException,
+        match=r"'hlo.reshape' op \(at .*test_dynamic_shapes.py:\d+\) has operand 0 padded along dimension 0.*splits padded dimension 0",
+    ):
         xtpu.replicate(f, inputs=[[np.ones(4)], [np.ones(6)]], maximum_shapes=[[None]])
 
 
@@ -323,8 +344,12 @@ def test_lowered_program_pads_the_inputs_it_is_called_with():
     """xtpu.lower(..., maximum_shapes) compiles one program for the bucket;
     calling it pads each call's inputs, up to the bucket's size."""
     xs = [np.ones((3, 2)), np.ones((5, 2))]
-    compiled = xtpu.lower(seed_computation, inputs=[[x] for x in xs], maximum_shapes=[[None, 2]],
-                          padding_spec=xtpu.PaddingSpec.POWER_OF_TWO).compile()
+    compiled = xtpu.lower(
+        seed_computation,
+        inputs=[[x] for x in xs],
+        maximum_shapes=[[None, 2]],
+        padding_spec=xtpu.PaddingSpec.POWER_OF_TWO,
+    ).compile()
     assert "tensor<8x2xf64>" in compiled.as_text()
     rng = np.random.default_rng(5)
     for n0, n1 in ((1, 8), (7, 2)):
@@ -347,8 +372,9 @@ def test_shape_and_size_are_the_real_ones():
         y = xtpu.concat([x, x], axis=0)
         return xtpu.shape(x), xtpu.size(y), xtpu.shape(xtpu.transpose(y), out_type="int64")
 
-    out = xtpu.replicate(f, inputs=[[x] for x in xs], maximum_shapes=[[None, 2]],
-                         padding_spec=xtpu.PaddingSpec.POWER_OF_TWO)
+    out = xtpu.replicate(
+        f, inputs=[[x] for x in xs], maximum_shapes=[[None, 2]], padding_spec=xtpu.PaddingSpec.POWER_OF_TWO
+    )
     for r, x in enumerate(xs):
         for got, want in zip(out[r], f(x)):
             _close(got, want, f"replica {r}")
@@ -372,10 +398,11 @@ def test_gradient_of_each_op_on_padded_values(name, replicas):
     def f(x):
         return xtpu.gradients(loss(x), x)[0]
 
-    rng = np.random.default_rng(zlib.crc32(f'{name}-{replicas}-grad'.encode()))
+    rng = np.random.default_rng(zlib.crc32(f"{name}-{replicas}-grad".encode()))
     xs = [rng.standard_normal((int(rng.integers(1, 6)), 3)) for _ in range(replicas)]
-    out = xtpu.replicate(f, inputs=[[x] for x in xs], maximum_shapes=[[None, 3]],
-                         padding_spec=xtpu.PaddingSpec.POWER_OF_TWO)
+    out = xtpu.replicate(
+        f, inputs=[[x] for x in xs], maximum_shapes=[[None, 3]], padding_spec=xtpu.PaddingSpec.POWER_OF_TWO
+    )
     for r, x in enumerate(xs):
         want = _numeric_grad(lambda v: float(np.asarray(loss(v))), x)
         assert out[r][0].shape == x.shape
@@ -396,8 +423,9 @@ def test_dynamic_slice_and_update_windows_clamp_to_the_real_bounds(start):
         return window, updated
 
     xs = [np.arange(12.0).reshape(4, 3), np.arange(21.0).reshape(7, 3)]
-    out = xtpu.replicate(f, inputs=[[x] for x in xs], maximum_shapes=[[None, 3]],
-                         padding_spec=xtpu.PaddingSpec.POWER_OF_TWO)
+    out = xtpu.replicate(
+        f, inputs=[[x] for x in xs], maximum_shapes=[[None, 3]], padding_spec=xtpu.PaddingSpec.POWER_OF_TWO
+    )
     for r, x in enumerate(xs):
         for k, (got, want) in enumerate(zip(out[r], f(x))):
             _close(got, want, f"replica {r}, output {k}")
@@ -418,8 +446,9 @@ def test_while_loop_carries_padded_values():
         return v, k, xtpu.math.reduce_max(v, axis=0)
 
     xs = [np.full((n, 2), 0.5) for n in (1, 3, 6)]
-    out = xtpu.replicate(f, inputs=[[x] for x in xs], maximum_shapes=[[None, 2]],
-                         padding_spec=xtpu.PaddingSpec.POWER_OF_TWO)
+    out = xtpu.replicate(
+        f, inputs=[[x] for x in xs], maximum_shapes=[[None, 2]], padding_spec=xtpu.PaddingSpec.POWER_OF_TWO
+    )
     for r, x in enumerate(xs):
         for k, (got, want) in enumerate(zip(out[r], f(x))):
             _close(got, want, f"replica {r}, output {k}")
@@ -428,9 +457,13 @@ def test_while_loop_carries_padded_values():
 
 def test_a_loop_that_changes_a_padded_size_is_an_error():
     def f(x):
-        return xtpu.while_loop(lambda v: xtpu.math.less(xtpu.math.reduce_sum(v), 5.0),
-                               lambda v: xtpu.math.reduce_sum(v, axis=0, keepdims=True) * np.ones((4, 1)),
-                               [x])
+        return xtpu.while_loop(
+            lambda v: xtpu.math.less(xtpu.math.reduce_sum(v), 5.0),
+            lambda v: xtpu.math.reduce_sum(v, axis=0, keepdims=True) * np.ones((4, 1)),
+            [x],
+        )
 
-    with pytest.raises(DiagnosticException, match=r"'hlo.while' op \(at .*\) carries loop value 0 padded along dimension\(s\) \[0\]"):
+    with pytest.raises(
+        DiagnosticException, match=r"'hlo.while' op \(at .*\) carries loop value 0 padded along dimension\(s\) \[0\]"
+    ):
         xtpu.replicate(f, inputs=[[np.ones((2, 1))], [np.ones((4, 1))]], maximum_shapes=[[None, 1]])

@@ -160,7 +160,10 @@ def test_a_compiled_program_over_logical_devices_can_be_called():
         (lambda ins: ins[:1], "it was compiled for 2 replicas, got inputs for 1"),
         (lambda ins: [rep[:1] for rep in ins], "each replica takes 2 inputs, got 1"),
         (lambda ins: [[rep[0][:4], rep[1]] for rep in ins], "input 0 must be float32[8x4], got float32[4x4]"),
-        (lambda ins: [[rep[0].astype(np.float64), rep[1]] for rep in ins], "input 0 must be float32[8x4], got float64[8x4]"),
+        (
+            lambda ins: [[rep[0].astype(np.float64), rep[1]] for rep in ins],
+            "input 0 must be float32[8x4], got float64[8x4]",
+        ),
         (lambda ins: [[(rep[0], rep[1])] for rep in ins], "the inputs must have the structure [*, *], got [(*, *)]"),
     ],
 )

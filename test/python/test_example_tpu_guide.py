@@ -17,15 +17,32 @@ sys.path.insert(0, os.path.dirname(__file__))
 pytest.importorskip("sklearn")
 
 import tpu_guide_training_loop as guide  # noqa: E402
-import xtpu  # noqa: E402
 from test_summary import read_events  # noqa: E402
+
+import xtpu  # noqa: E402
 
 
 @pytest.mark.parametrize("replicas", [2, 8])
 def test_guide_loop_restores_identically_and_logs(replicas, tmp_path, capsys):
     logdir, ckdir = str(tmp_path / "logs"), str(tmp_path / "ckpt")
-    rc = guide.main(["--replicas", str(replicas), "--steps", "12", "--save-at", "6", "--log-every", "4",
-                     "--logdir", logdir, "--checkpoint-dir", ckdir, "--min-accuracy", "0"])
+    rc = guide.main(
+        [
+            "--replicas",
+            str(replicas),
+            "--steps",
+            "12",
+            "--save-at",
+            "6",
+            "--log-every",
+            "4",
+            "--logdir",
+            logdir,
+            "--checkpoint-dir",
+            ckdir,
+            "--min-accuracy",
+            "0",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "the remaining 6 steps match bit for bit" in out and "(1 trace)" in out
@@ -62,8 +79,9 @@ def test_guide_loop_restores_identically_and_logs(replicas, tmp_path, capsys):
 def _run_in(tmp_path, monkeypatch, argv):
     """main(argv) with tempfile's directory in tmp_path (what mkdtemp makes)."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    return guide.main(["--replicas", "2", "--steps", "4", "--save-at", "2", "--log-every", "2",
-                       "--min-accuracy", "0", *argv])
+    return guide.main(
+        ["--replicas", "2", "--steps", "4", "--save-at", "2", "--log-every", "2", "--min-accuracy", "0", *argv]
+    )
 
 
 def test_temporary_checkpoints_removed_and_logs_kept_where_the_output_says(tmp_path, monkeypatch, capsys):
@@ -99,7 +117,8 @@ def test_failed_run_leaves_no_temporary_directory(tmp_path, monkeypatch, capsys)
         calls.append(1)
         if len(calls) == 2:  # after the checkpoint was saved and logs written
             assert os.listdir(tmp_path) and any(
-                f.startswith("ckpt-1") for d in os.listdir(tmp_path) for f in os.listdir(tmp_path / d))
+                f.startswith("ckpt-1") for d in os.listdir(tmp_path) for f in os.listdir(tmp_path / d)
+            )
             raise RuntimeError("injected failure")
         return real_train(*args, **kwargs)
 

@@ -38,11 +38,28 @@ def test_train_digits_tape_sgd_logs_to_host_and_tensorboard(capsys, tmp_path):
     assert first[119] < first[0]  # the global loss went down
 
 
-@pytest.mark.parametrize("api,optimizer,replicas,steps_per_run", [
-    ("tf1", "momentum", 4, 4), ("tf2", "adam", 4, 3), ("tf1", "adam", 2, 1)])
+@pytest.mark.parametrize(
+    "api,optimizer,replicas,steps_per_run", [("tf1", "momentum", 4, 4), ("tf2", "adam", 4, 3), ("tf1", "adam", 2, 1)]
+)
 def test_train_digits_other_apis_and_optimizers(capsys, api, optimizer, replicas, steps_per_run):
-    rc = train_digits.main(["--api", api, "--optimizer", optimizer, "--replicas", str(replicas), "--steps", "60",
-                            "--steps-per-run", str(steps_per_run), "--log-every", "0", "--min-accuracy", "0.85"])
+    rc = train_digits.main(
+        [
+            "--api",
+            api,
+            "--optimizer",
+            optimizer,
+            "--replicas",
+            str(replicas),
+            "--steps",
+            "60",
+            "--steps-per-run",
+            str(steps_per_run),
+            "--log-every",
+            "0",
+            "--min-accuracy",
+            "0.85",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     acc, diff = _figures(out)
@@ -53,8 +70,20 @@ def test_train_digits_other_apis_and_optimizers(capsys, api, optimizer, replicas
 def test_train_digits_infeed_gives_the_same_weights(capsys, tmp_path, replicas, steps_per_run):
     """--infeed: a producer thread feeds every batch through an
     xtpu.InfeedQueue; the weights equal those of the dataset run bit for bit."""
-    common = ["--replicas", str(replicas), "--steps", "24", "--steps-per-run", str(steps_per_run), "--batch", "64",
-              "--log-every", "12", "--min-accuracy", "0"]
+    common = [
+        "--replicas",
+        str(replicas),
+        "--steps",
+        "24",
+        "--steps-per-run",
+        str(steps_per_run),
+        "--batch",
+        "64",
+        "--log-every",
+        "12",
+        "--min-accuracy",
+        "0",
+    ]
     assert train_digits.main(common + ["--save-weights", str(tmp_path / "plain.npz")]) == 0
     plain_out = capsys.readouterr().out
     assert train_digits.main(common + ["--infeed", "--save-weights", str(tmp_path / "infeed.npz")]) == 0
@@ -70,16 +99,21 @@ def test_train_digits_infeed_gives_the_same_weights(capsys, tmp_path, replicas, 
 # The script as a newcomer runs it (subprocess): flags, errors, logs.
 
 import re  # noqa: E402
+import subprocess  # noqa: E402
 
 import numpy as np  # noqa: E402
-import subprocess  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train_digits.py")
 
 
 def _run(*argv, env=None):
-    return subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=300,
-                          env=None if env is None else dict(os.environ, **env))
+    return subprocess.run(
+        [sys.executable, SCRIPT, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=None if env is None else dict(os.environ, **env),
+    )
 
 
 def test_train_digits_help_gives_every_flag_help_and_its_default():
@@ -96,15 +130,21 @@ def test_train_digits_help_gives_every_flag_help_and_its_default():
     assert "--lr LR learning rate (default: 0.1 with momentum, 0.01 with adam)" in text
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--replicas", "0"], "argument --replicas: must be at least 1, got 0"),
-    (["--steps", "0"], "argument --steps: must be at least 1, got 0"),
-    (["--steps-per-run", "0"], "argument --steps-per-run: must be at least 1, got 0"),
-    (["--batch", "2048"], "--batch 2048 is larger than the 1437 training images"),
-    (["--batch", "100"], "--batch 100 does not split evenly across 8 replicas"),
-    (["--steps", "10", "--steps-per-run", "4"], "--steps 10 is not a multiple of --steps-per-run 4"),
-    (["--infeed", "--backend", "mpi"], "--infeed runs with the threads backend (an infeed queue lives in one process)"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--replicas", "0"], "argument --replicas: must be at least 1, got 0"),
+        (["--steps", "0"], "argument --steps: must be at least 1, got 0"),
+        (["--steps-per-run", "0"], "argument --steps-per-run: must be at least 1, got 0"),
+        (["--batch", "2048"], "--batch 2048 is larger than the 1437 training images"),
+        (["--batch", "100"], "--batch 100 does not split evenly across 8 replicas"),
+        (["--steps", "10", "--steps-per-run", "4"], "--steps 10 is not a multiple of --steps-per-run 4"),
+        (
+            ["--infeed", "--backend", "mpi"],
+            "--infeed runs with the threads backend (an infeed queue lives in one process)",
+        ),
+    ],
+)
 def test_train_digits_bad_flags_are_one_line_errors(argv, message):
     p = _run(*argv)
     assert p.returncode == 2
@@ -113,14 +153,27 @@ def test_train_digits_bad_flags_are_one_line_errors(argv, message):
 
 
 def test_train_digits_logs_replicas_in_order_and_progress(tmp_path):
-    p = _run("--steps", "12", "--steps-per-run", "3", "--log-every", "6", "--progress-every", "0",
-             "--min-accuracy", "0", "--logdir", str(tmp_path))
+    p = _run(
+        "--steps",
+        "12",
+        "--steps-per-run",
+        "3",
+        "--log-every",
+        "6",
+        "--progress-every",
+        "0",
+        "--min-accuracy",
+        "0",
+        "--logdir",
+        str(tmp_path),
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     logged = [line for line in lines if line.startswith("[replica")]
     # every replica's line for steps 0, 6 and the last, replica 0 first, from one host cluster
     assert [tuple(map(int, re.match(r"\[replica (\d+)\] step (\d+):", line).groups())) for line in logged] == [
-        (r, s) for s in (0, 6, 11) for r in range(8)]
+        (r, s) for s in (0, 6, 11) for r in range(8)
+    ]
     for s in (0, 6, 11):
         block = [line for line in logged if f"] step {s}:" in line]
         local = [float(re.search(r"local loss (\S+),", line).group(1)) for line in block]
@@ -129,8 +182,9 @@ def test_train_digits_logs_replicas_in_order_and_progress(tmp_path):
     from test_summary import scalars
 
     logged_scalars = {step: value for tag, value, step in scalars(str(tmp_path))}
-    printed_global = {s: float(next(line for line in logged if f"] step {s}:" in line).rsplit(" ", 1)[1])
-                      for s in (0, 6, 11)}
+    printed_global = {
+        s: float(next(line for line in logged if f"] step {s}:" in line).rsplit(" ", 1)[1]) for s in (0, 6, 11)
+    }
     assert logged_scalars.keys() == printed_global.keys()  # --logdir: the global loss at the logged steps
     for s in printed_global:
         assert np.isclose(logged_scalars[s], printed_global[s], rtol=1e-6)

@@ -31,7 +31,6 @@ from xdsl.parser import Parser
 
 import xtpu
 from xtpu.dialects import make_context
-from xtpu.runtime import workers
 from xtpu.runtime.errors import HostComputeError, RuntimeTimeoutError, XtpuRuntimeError
 from xtpu.runtime.executor import Executable
 
@@ -79,9 +78,7 @@ class ThreadCheck:
         )
 
     def host_threads(self):
-        return sorted(
-            t.name for t in threading.enumerate() if t not in self.before and t.name.startswith("xtpu-host-")
-        )
+        return sorted(t.name for t in threading.enumerate() if t not in self.before and t.name.startswith("xtpu-host-"))
 
     def settle(self, pred, within=3.0):
         deadline = time.monotonic() + within
@@ -326,10 +323,13 @@ def tail_program(stream):
     return f
 
 
-@pytest.mark.parametrize("make, blocked, args, good", [
-    (head_program, 1, [1, 2 * BIG], ([1, 2], [5, 5])),
-    (tail_program, 0, [BIG, 1], ([1, 2], [4, 4])),  # the sum is above BIG: both block
-])
+@pytest.mark.parametrize(
+    "make, blocked, args, good",
+    [
+        (head_program, 1, [1, 2 * BIG], ([1, 2], [5, 5])),
+        (tail_program, 0, [BIG, 1], ([1, 2], [4, 4])),  # the sum is above BIG: both block
+    ],
+)
 def test_a_host_replicate_that_never_ends_times_out(fifo, make, blocked, args, good):
     """Issue 10.3: head and tail clusters ran with no timeout."""
     threads = ThreadCheck()
@@ -380,32 +380,56 @@ AGREE = """%y = ccl.all_reduce %x applies add groups = dense<[[0, 1]]> : tensor<
         hlo.return %y : tensor<2xf32>"""
 
 
-@pytest.mark.parametrize("others, error, replica, match", [
-    # another shape
-    ("""%w = ccl.all_reduce %z applies add groups = dense<[[0, 1]]> : tensor<1x2xi64> : tensor<3xf32>
+@pytest.mark.parametrize(
+    "others, error, replica, match",
+    [
+        # another shape
+        (
+            """%w = ccl.all_reduce %z applies add groups = dense<[[0, 1]]> : tensor<1x2xi64> : tensor<3xf32>
         hlo.return %x : tensor<2xf32>""",
-     XtpuRuntimeError, 1, r"replica 0 has float32\[2\], replica 1 has float32\[3\]"),
-    # another reduction
-    ("""%w = ccl.all_reduce %x applies max groups = dense<[[0, 1]]> : tensor<1x2xi64> : tensor<2xf32>
+            XtpuRuntimeError,
+            1,
+            r"replica 0 has float32\[2\], replica 1 has float32\[3\]",
+        ),
+        # another reduction
+        (
+            """%w = ccl.all_reduce %x applies max groups = dense<[[0, 1]]> : tensor<1x2xi64> : tensor<2xf32>
         hlo.return %w : tensor<2xf32>""",
-     XtpuRuntimeError, 1, "called different collectives"),
-    # replica 1 skips the first all_reduce: its second meets replica 0's
-    # first (the same shape and kind, no channel ids), and replica 0 waits
-    # alone in its second
-    ("""hlo.return %x : tensor<2xf32>""",
-     RuntimeTimeoutError, 0, r"replicas \[1\] of group \[0, 1\] never arrived"),
-    # the same with channel ids (as the compiler numbers them): told apart
-    ("""hlo.return %x : tensor<2xf32>""",
-     XtpuRuntimeError, 1, r"replica 0: ccl.all_reduce\['add', 1\]; replica 1: ccl.all_reduce\['add', 2\]"),
-])
+            XtpuRuntimeError,
+            1,
+            "called different collectives",
+        ),
+        # replica 1 skips the first all_reduce: its second meets replica 0's
+        # first (the same shape and kind, no channel ids), and replica 0 waits
+        # alone in its second
+        (
+            """hlo.return %x : tensor<2xf32>""",
+            RuntimeTimeoutError,
+            0,
+            r"replicas \[1\] of group \[0, 1\] never arrived",
+        ),
+        # the same with channel ids (as the compiler numbers them): told apart
+        (
+            """hlo.return %x : tensor<2xf32>""",
+            XtpuRuntimeError,
+            1,
+            r"replica 0: ccl.all_reduce\['add', 1\]; replica 1: ccl.all_reduce\['add', 2\]",
+        ),
+    ],
+)
 def test_collectives_the_replicas_disagree_on(others, error, replica, match):
     threads = ThreadCheck()
     args = [np.ones(2, np.float32), np.full(2, 2, np.float32), np.ones(3, np.float32), np.ones(3, np.float32)]
     text = DISAGREE.replace("OTHERS", others)
     if "channel" in match or "'add', 1" in match:
-        text = text.replace(": tensor<1x2xi64> : tensor<2xf32>\n        hlo.return %y", ": tensor<1x2xi64> channel 1 : tensor<2xf32>\n        hlo.return %y")
-        text = text.replace("%t = ccl.all_reduce %s applies add groups = dense<[[0, 1]]> : tensor<1x2xi64> :",
-                            "%t = ccl.all_reduce %s applies add groups = dense<[[0, 1]]> : tensor<1x2xi64> channel 2 :")
+        text = text.replace(
+            ": tensor<1x2xi64> : tensor<2xf32>\n        hlo.return %y",
+            ": tensor<1x2xi64> channel 1 : tensor<2xf32>\n        hlo.return %y",
+        )
+        text = text.replace(
+            "%t = ccl.all_reduce %s applies add groups = dense<[[0, 1]]> : tensor<1x2xi64> :",
+            "%t = ccl.all_reduce %s applies add groups = dense<[[0, 1]]> : tensor<1x2xi64> channel 2 :",
+        )
         assert "channel 1" in text and "channel 2" in text
     exe = Executable(parse(text), timeout=TIMEOUT)
     start = time.monotonic()
@@ -572,9 +596,7 @@ def test_no_threads_or_memory_leak_over_many_calls():
 
     def program():  # a fresh program: traced and compiled anew
         def f(x):
-            return xtpu.cross_replica_sum(
-                xtpu.outside_compilation(to_int_on_host, x + 0.0 * xtpu.cross_replica_sum(x))
-            )
+            return xtpu.cross_replica_sum(xtpu.outside_compilation(to_int_on_host, x + 0.0 * xtpu.cross_replica_sum(x)))
 
         return xtpu.lower(f, scalars([1, 2])).compile(timeout=30)
 
@@ -609,5 +631,5 @@ def test_no_threads_or_memory_leak_over_many_calls():
     assert threading.active_count() <= base_threads, sorted(t.name for t in threading.enumerate())
     grown = rss_mb() - base_rss
     assert grown < 6, f"RSS grew by {grown:.1f} MB over 40 rounds"
-    del same
+    same = None  # drop the program
     threads.assert_clean()

@@ -174,7 +174,10 @@ def test_non_finite_values_print_as_upper_case_bit_patterns():
     cs = [np.float32(-np.inf), np.array([np.inf, np.nan, -0.0, 1.5], np.float64)]
     text = xtpu.lower(returns_constants(cs), [[np.float32(0)]]).as_text()
     assert "hlo.constant dense<0xFF800000> : tensor<f32>" in text
-    assert "hlo.constant dense<[0x7FF0000000000000, 0x7FF8000000000000, -0.000000e+00, 1.500000e+00]> : tensor<4xf64>" in text
+    assert (
+        "hlo.constant dense<[0x7FF0000000000000, 0x7FF8000000000000, -0.000000e+00, 1.500000e+00]> : tensor<4xf64>"
+        in text
+    )
 
 
 def run_tool(module, *args, stdin=None):

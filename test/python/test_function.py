@@ -5,6 +5,7 @@ import logging
 
 import numpy as np
 import pytest
+
 import xtpu
 
 
@@ -202,7 +203,11 @@ def test_a_retrace_for_optimizer_slots_takes_each_batch_once():
     def train(iterator):
         return strategy.run(step, args=(next(iterator),))
 
-    it = iter(strategy.experimental_distribute_dataset(xtpu.data.Dataset.range(40).batch(4).map(lambda b: xtpu.reshape(b, [2, 2]))))
+    it = iter(
+        strategy.experimental_distribute_dataset(
+            xtpu.data.Dataset.range(40).batch(4).map(lambda b: xtpu.reshape(b, [2, 2]))
+        )
+    )
     first = train(it)
     np.testing.assert_array_equal(first.values[0], [[0, 1]])
     np.testing.assert_array_equal(train(it).values[1], [[6, 7]])

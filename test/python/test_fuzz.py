@@ -63,8 +63,10 @@ def test_random_programs_agree(data):
     if failure is not None:
         known = fp.classify_known(failure, program)
         pytest.fail(
-            f"{failure}\n" + (f"(defect {known!r}: is it still open?)\n" if known else "")
-            + "reproducer:\n" + fp.reproducer(program, failure),
+            f"{failure}\n"
+            + (f"(defect {known!r}: is it still open?)\n" if known else "")
+            + "reproducer:\n"
+            + fp.reproducer(program, failure),
             pytrace=False,
         )
 
@@ -75,23 +77,114 @@ def test_the_generator_covers_the_api():
     for seed in range(2000):
         seen |= fp.generate(fp.RandomChooser(seed)).features
     ops = {
-        "+", "-", "*", "/", "**", "@", "[]", "abs()", "<", "<=", ">", ">=", "==", "!=", "&", "|", "~",
-        "add", "subtract", "multiply", "divide", "truediv", "pow", "maximum", "minimum", "negative", "abs", "exp",
-        "log", "sqrt", "tanh", "sigmoid", "equal", "not_equal", "less", "less_equal", "greater",
-        "greater_equal", "logical_and", "logical_or", "logical_not", "reduce_sum", "reduce_mean",
-        "reduce_max", "reduce_min", "argmax", "matmul", "floordiv", "floormod", "mod", "logical_xor", "reduce_prod",
-        "reduce_any", "reduce_all", "square", "segment_sum", "unsorted_segment_sum", "softmax", "log_softmax", "cast", "reshape", "transpose", "concat",
-        "one_hot", "constant", "stop_gradient", "nn.relu", "nn.sigmoid", "nn.softmax", "nn.log_softmax",
-        "strings.format", "strings.to_number", "print",
+        "+",
+        "-",
+        "*",
+        "/",
+        "**",
+        "@",
+        "[]",
+        "abs()",
+        "<",
+        "<=",
+        ">",
+        ">=",
+        "==",
+        "!=",
+        "&",
+        "|",
+        "~",
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "truediv",
+        "pow",
+        "maximum",
+        "minimum",
+        "negative",
+        "abs",
+        "exp",
+        "log",
+        "sqrt",
+        "tanh",
+        "sigmoid",
+        "equal",
+        "not_equal",
+        "less",
+        "less_equal",
+        "greater",
+        "greater_equal",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "reduce_sum",
+        "reduce_mean",
+        "reduce_max",
+        "reduce_min",
+        "argmax",
+        "matmul",
+        "floordiv",
+        "floormod",
+        "mod",
+        "logical_xor",
+        "reduce_prod",
+        "reduce_any",
+        "reduce_all",
+        "square",
+        "segment_sum",
+        "unsorted_segment_sum",
+        "softmax",
+        "log_softmax",
+        "cast",
+        "reshape",
+        "transpose",
+        "concat",
+        "one_hot",
+        "constant",
+        "stop_gradient",
+        "nn.relu",
+        "nn.sigmoid",
+        "nn.softmax",
+        "nn.log_softmax",
+        "strings.format",
+        "strings.to_number",
+        "print",
     }
     features = {
-        "cond", "while_loop", "while_maximum_iterations", "while_counter", "host_cond", "host_while",
-        "outside_compilation", "oc_in_control_flow", "oc_in_gradient", "soft_placement", "strings",
-        "cross_replica_sum", "crs_all", "crs_groups", "replica_id", "logical:split", "logical:replicate",
-        "logical:assign", "gradient", "gradient:tape", "gradient:tf1", "gradient:persistent",
-        "second_order", "gradient_through_crs", "finite_differences", "invalid", "special_inputs",
-        "nonfinite_constant", "nonfinite_literal", "numpy_scalar_literal", "zero_size_input",
-        "zero_size_slice", "zero_size_reduction",
+        "cond",
+        "while_loop",
+        "while_maximum_iterations",
+        "while_counter",
+        "host_cond",
+        "host_while",
+        "outside_compilation",
+        "oc_in_control_flow",
+        "oc_in_gradient",
+        "soft_placement",
+        "strings",
+        "cross_replica_sum",
+        "crs_all",
+        "crs_groups",
+        "replica_id",
+        "logical:split",
+        "logical:replicate",
+        "logical:assign",
+        "gradient",
+        "gradient:tape",
+        "gradient:tf1",
+        "gradient:persistent",
+        "second_order",
+        "gradient_through_crs",
+        "finite_differences",
+        "invalid",
+        "special_inputs",
+        "nonfinite_constant",
+        "nonfinite_literal",
+        "numpy_scalar_literal",
+        "zero_size_input",
+        "zero_size_slice",
+        "zero_size_reduction",
     }
     assert {f"op:{o}" for o in ops} - seen == set()
     assert features - seen == set()
@@ -104,8 +197,11 @@ def test_the_generator_covers_the_api():
 def test_a_seeded_failure_shrinks_to_a_short_runnable_reproducer():
     """The minimizer (for benchmarks/fuzz.py) on a planted failure: "the
     program has an xtpu.cond"; the reproducer is a script that runs."""
-    prog = next(p for s in range(200) if "cond" in (p := fp.generate(fp.RandomChooser(s), fp.DEFECTS)).features
-                and len(p.lines) > 15)
+    prog = next(
+        p
+        for s in range(200)
+        if "cond" in (p := fp.generate(fp.RandomChooser(s), fp.DEFECTS)).features and len(p.lines) > 15
+    )
 
     def has_cond(program):
         src = program.source(fp.Ctx("compiled", 1, 1))
@@ -114,8 +210,8 @@ def test_a_seeded_failure_shrinks_to_a_short_runnable_reproducer():
 
     # the choices first, then the program's lines (as benchmarks/fuzz.py does)
     small = fp.program_from_choices(
-        fp.minimize(prog.choices, lambda c: has_cond(fp.program_from_choices(c, fp.DEFECTS)), max_evals=300),
-        fp.DEFECTS)
+        fp.minimize(prog.choices, lambda c: has_cond(fp.program_from_choices(c, fp.DEFECTS)), max_evals=300), fp.DEFECTS
+    )
     small = fp.minimize_program(small, lambda p: has_cond(p) and fp.check_program(p, [(1, 1)]) is None)
     src = small.source(fp.Ctx("compiled", 1, 1))
     assert "xtpu.cond(" in src
@@ -139,7 +235,9 @@ def test_failures_are_classified():
     assert fp.compare(nan, fp.Outcome("ok", values=[[np.array([np.nan, np.inf, 0.0])]]), "p", 1, 1) is None
     assert fp.compare(nan, fp.Outcome("ok", values=[[np.array([np.nan, -np.inf, 0.0])]]), "p", 1, 1) is not None
     err = fp.Outcome("error", error=TypeError("add: operands must have the same dtype, got float32[] and float64[]"))
-    same = fp.Outcome("error", error=TypeError("add: operands must have the same dtype, got float32 and float64 (at f.py:3)"))
+    same = fp.Outcome(
+        "error", error=TypeError("add: operands must have the same dtype, got float32 and float64 (at f.py:3)")
+    )
     assert fp.compare(err, same, "p", 1, 1) is None
     assert fp.compare(err, fp.Outcome("error", error=ValueError("add: no")), "p", 1, 1).kind == "crash"
     assert fp.compare(err, ok, "p", 1, 1).kind == "crash"
@@ -151,16 +249,38 @@ def test_the_eager_reference_emulates_cross_replica_sum_and_its_gradient():
     """The reference itself: sums per group in replica order, TF's gradient
     (the sum of the cotangents), replica ids, against xtpu.replicate."""
     source = fp.Program(
-        inputs=[fp.Spec((2,), "float64")], value_seed=5, specials=(), outputs=["v1", "v2", "v3", "v4"],
+        inputs=[fp.Spec((2,), "float64")],
+        value_seed=5,
+        specials=(),
+        outputs=["v1", "v2", "v3", "v4"],
         lines=[
-            (0, lambda ctx: "v1 = " + ("crs(x0, [[0, 1], [2, 3]])" if ctx.mode == "eager"
-                                       else "xtpu.cross_replica_sum(x0, group_assignment=[[0, 1], [2, 3]])")),
-            (0, lambda ctx: "v2 = xtpu.cast(" + ("rid()" if ctx.mode == "eager" else "xtpu.replica_id()")
-             + ", xtpu.float64)"),
+            (
+                0,
+                lambda ctx: (
+                    "v1 = "
+                    + (
+                        "crs(x0, [[0, 1], [2, 3]])"
+                        if ctx.mode == "eager"
+                        else "xtpu.cross_replica_sum(x0, group_assignment=[[0, 1], [2, 3]])"
+                    )
+                ),
+            ),
+            (
+                0,
+                lambda ctx: (
+                    "v2 = xtpu.cast(" + ("rid()" if ctx.mode == "eager" else "xtpu.replica_id()") + ", xtpu.float64)"
+                ),
+            ),
             (0, "with xtpu.GradientTape() as tape:"),
             (0, "    tape.watch(x0)"),
-            (0, lambda ctx: "    v3 = xtpu.math.reduce_sum(" + ("crs(x0)" if ctx.mode == "eager"
-                                                                 else "xtpu.cross_replica_sum(x0)") + " * x0)"),
+            (
+                0,
+                lambda ctx: (
+                    "    v3 = xtpu.math.reduce_sum("
+                    + ("crs(x0)" if ctx.mode == "eager" else "xtpu.cross_replica_sum(x0)")
+                    + " * x0)"
+                ),
+            ),
             (0, "v4 = tape.gradient(v3, x0)"),
         ],
     )
@@ -180,7 +300,10 @@ def test_finite_differences_catch_a_wrong_gradient():
     float64 function (through a cross_replica_sum) passes; a perturbed one
     fails."""
     program = fp.Program(
-        inputs=[fp.Spec((3,), "float64")], value_seed=3, specials=(), outputs=["v3"],
+        inputs=[fp.Spec((3,), "float64")],
+        value_seed=3,
+        specials=(),
+        outputs=["v3"],
         lines=[
             (0, "def loss_fn(a):"),
             (1, lambda ctx: "s = " + ("crs(a)" if ctx.mode == "eager" else "xtpu.cross_replica_sum(a)")),
@@ -230,12 +353,22 @@ def test_numpy_scalar_of_another_width_in_an_operator_eagerly():
 
 
 _OPERATORS = {
-    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b,
-    "**": lambda a, b: a ** b, "<": lambda a, b: a < b, "==": lambda a, b: a == b,
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+    "**": lambda a, b: a**b,
+    "<": lambda a, b: a < b,
+    "==": lambda a, b: a == b,
 }
 _OTHERS = {
-    "np.float64": np.float64(2.0), "np.float32": np.float32(2.0), "np.int32": np.int32(2),
-    "np.int64": np.int64(2), "float": 2.0, "int": 2, "0-d float64": np.array(2.0),
+    "np.float64": np.float64(2.0),
+    "np.float32": np.float32(2.0),
+    "np.int32": np.int32(2),
+    "np.int64": np.int64(2),
+    "float": 2.0,
+    "int": 2,
+    "0-d float64": np.array(2.0),
     "float64 list": [2.0, 0.5],
 }
 
@@ -275,9 +408,12 @@ def test_zero_size_reductions(op):
 def test_non_finite_constants_through_the_text_round_trip():
     """Issue 10: NaN and infinities in constants, through lower().as_text()
     and xtpu-run, float32 and float64."""
+
     def f(x, y):
-        return (x + xtpu.constant([np.nan, np.inf, -np.inf, -0.0], dtype=xtpu.float32),
-                y * xtpu.constant(-np.inf, dtype=xtpu.float64, shape=[2]))
+        return (
+            x + xtpu.constant([np.nan, np.inf, -np.inf, -0.0], dtype=xtpu.float32),
+            y * xtpu.constant(-np.inf, dtype=xtpu.float64, shape=[2]),
+        )
 
     inputs = [[np.ones(4, np.float32), np.ones(2)]]
     want = xtpu.replicate(f, inputs)
@@ -326,8 +462,11 @@ def test_watching_an_operator_result_of_rank_0():
 @pytest.mark.parametrize("op", ["cast", "reshape", "split_to_logical_devices"])
 def test_identity_like_ops_return_eager_tensors(op):
     x = np.array([1.5, 2.0], np.float32)
-    y = {"cast": lambda: xtpu.cast(x, xtpu.float32), "reshape": lambda: xtpu.reshape(x, [2]),
-         "split_to_logical_devices": lambda: xtpu.split_to_logical_devices(x, [1])}[op]()
+    y = {
+        "cast": lambda: xtpu.cast(x, xtpu.float32),
+        "reshape": lambda: xtpu.reshape(x, [2]),
+        "split_to_logical_devices": lambda: xtpu.split_to_logical_devices(x, [1]),
+    }[op]()
     assert isinstance(y, xtpu.EagerTensor)
     with xtpu.GradientTape() as tape:
         tape.watch(y)
@@ -349,10 +488,12 @@ def test_xtpu_run_lowers_a_host_op_in_a_branch():
     looked for host-only ops only directly in the replicate body, so a print
     in an xtpu.cond branch was not lowered ('hlo.print' cannot run on the
     device)."""
+
     def f(v):
         def true_fn():
             xtpu.print(v, output_stream=fp.DEVNULL)
             return v
+
         return xtpu.cond(xtpu.math.greater(v, 0.0), true_fn, lambda: v)
 
     inputs = [[np.float32(1.5)]]
@@ -397,12 +538,15 @@ def test_a_string_result_made_in_the_body():
     assert compiled[0] == eager[0] and compiled[1] == eager[1] == 6.0
 
 
-@pytest.mark.parametrize("in_shape,in_split,out_shape,out_split", [
-    ((2, 0), None, (2, 0, 1), [2, 1, 1]),
-    ((0, 4), [1, 2], (4, 0), [2, 1]),
-    ((4, 0), [2, 1], (0, 2, 2), [1, 2, 1]),
-    ((2, 3, 0), [2, 1, 1], (6, 0), None),
-])
+@pytest.mark.parametrize(
+    "in_shape,in_split,out_shape,out_split",
+    [
+        ((2, 0), None, (2, 0, 1), [2, 1, 1]),
+        ((0, 4), [1, 2], (4, 0), [2, 1]),
+        ((4, 0), [2, 1], (0, 2, 2), [1, 2, 1]),
+        ((2, 3, 0), [2, 1, 1], (6, 0), None),
+    ],
+)
 def test_spmd_partition_of_a_zero_size_reshape(in_shape, in_split, out_shape, out_split):
     """Found by the fuzzer (spmd_zero_size_reshape): tpu-spmd-partition's
     reshape rule divided by a zero dimension (ZeroDivisionError) when a
@@ -438,16 +582,22 @@ def test_gradient_through_control_flow_with_an_unused_singular_output(control_fl
             if control_flow == "cond":
                 _, y = xtpu.cond(xtpu.math.less(v, 1.0), lambda: (xtpu.math.log(v), x), lambda: (v, x))
             else:
-                _, y = xtpu.while_loop(lambda a, b: xtpu.constant(True), lambda a, b: (xtpu.math.log(a), b * 1.0),
-                                       (v, x), maximum_iterations=1)
+                _, y = xtpu.while_loop(
+                    lambda a, b: xtpu.constant(True),
+                    lambda a, b: (xtpu.math.log(a), b * 1.0),
+                    (v, x),
+                    maximum_iterations=1,
+                )
         return tape.gradient(y, v, unconnected_gradients=xtpu.UnconnectedGradients.ZERO)
 
     eager, compiled = _both(f, np.float64(2.0), np.float64(0.0))
     assert eager == 0.0 and compiled == 0.0
 
 
-@pytest.mark.parametrize("text,out_type", [("12147483647", "int32"), ("-2147483649", "int32"),
-                                            ("9223372036854775808", "int64"), ("1_000", "int32")])
+@pytest.mark.parametrize(
+    "text,out_type",
+    [("12147483647", "int32"), ("-2147483649", "int32"), ("9223372036854775808", "int64"), ("1_000", "int32")],
+)
 def test_to_number_out_of_range(text, out_type):
     """Found by the fuzzer (to_number_overflow): an integer out of the
     out_type's range raised numpy's OverflowError, eagerly and on the host;
@@ -461,8 +611,9 @@ def test_to_number_out_of_range(text, out_type):
 
     from xtpu.runtime.errors import HostComputeError
 
-    with pytest.raises(HostComputeError, match=f"ValueError: StringToNumberOp could not correctly convert "
-                       f"string: {text}"):
+    with pytest.raises(
+        HostComputeError, match=f"ValueError: StringToNumberOp could not correctly convert string: {text}"
+    ):
         xtpu.replicate(f, [[np.zeros((), out_type)]])
 
 
@@ -482,8 +633,9 @@ def test_gradient_of_a_value_captured_by_a_region_that_does_not_run(control_flow
             if control_flow == "cond":
                 y = xtpu.cond(xtpu.math.less(x, 0.0), lambda: t * 2.0, lambda: v * 3.0)
             else:
-                (y,) = xtpu.while_loop(lambda a: xtpu.constant(True), lambda a: (a + t,), (v * 3.0,),
-                                       maximum_iterations=0)
+                (y,) = xtpu.while_loop(
+                    lambda a: xtpu.constant(True), lambda a: (a + t,), (v * 3.0,), maximum_iterations=0
+                )
         return tape.gradient(y, v)
 
     # TF's semantics, eager and graph alike: eagerly the tape never reaches
@@ -504,7 +656,9 @@ def _loop_with_unused_singular_values(a, b, c, d, w, iterations):
     return xtpu.while_loop(
         lambda a, b, c, d: xtpu.constant(True),
         lambda a, b, c, d: (a * b, xtpu.math.tanh(b) * w, xtpu.math.log(c), d * c),
-        (a, b, c, d), maximum_iterations=iterations)
+        (a, b, c, d),
+        maximum_iterations=iterations,
+    )
 
 
 @pytest.mark.parametrize("iterations", [1, 3])
@@ -513,6 +667,7 @@ def test_while_loop_gradient_carries_only_the_live_loop_values(iterations):
     and b (b by the fixed point: a's next value depends on it) and none of c
     and d; the gradients wrt a, b and the captured w match central finite
     differences, those wrt c and d are zero (nothing reaches them)."""
+
     def f(a, b, c, d, w):
         with xtpu.GradientTape() as tape:
             tape.watch([a, b, c, d, w])
@@ -544,6 +699,7 @@ def test_while_loop_gradient_of_a_value_that_depends_on_a_singular_one():
     """The fixed point does not drop a loop value that a live one depends
     on: with d the target, c is live and its infinite partial is real (the
     gradient wrt c is the one finite differences give where it is finite)."""
+
     def f(c, d):
         with xtpu.GradientTape() as tape:
             tape.watch([c, d])

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -40,9 +40,9 @@ from xdsl.parser import Parser
 
 import xtpu
 from xtpu.dialects import DIALECTS, ccl, hlo, make_context, tpu
+from xtpu.dialects.dynamic_shapes import SetDimensionSizeOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.sharding import ShardingAttr
-from xtpu.dialects.dynamic_shapes import SetDimensionSizeOp
 from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy
 from xtpu.tracing import bind
 
@@ -140,7 +140,7 @@ def _elementwise_cases():
             Case(hlo.TanhOp, ins(f64(*shape)), id=tag),
             Case(hlo.LogisticOp, ins(f64(*shape)), id=tag),
         ]
-    ints = lambda dt: (lambda rng: rng.integers(1, 5, (2, 3)).astype(dt))  # noqa: E731
+    ints = lambda dt: lambda rng: rng.integers(1, 5, (2, 3)).astype(dt)  # noqa: E731
     out += [
         Case(hlo.AddOp, ins(ints("int32"), ints("int32")), id="int32"),
         Case(hlo.DivideOp, ins(ints("int64"), ints("int64")), id="int64"),
@@ -150,9 +150,16 @@ def _elementwise_cases():
         Case(hlo.NegateOp, ins(ints("int32")), id="int32"),
         Case(hlo.AbsOp, ins(ints("int64")), id="int64"),
         Case(hlo.PowerOp, ins(np.array([0.0, 1.5]), np.array([2.0, 3.0])), id="x=0"),
-        Case(hlo.AddOp, ins(lambda r: r.standard_normal((2, 3)).astype(np.float32),
-                            lambda r: r.standard_normal((2, 3)).astype(np.float32)),
-             id="float32", eps=1e-2, rtol=1e-4),
+        Case(
+            hlo.AddOp,
+            ins(
+                lambda r: r.standard_normal((2, 3)).astype(np.float32),
+                lambda r: r.standard_normal((2, 3)).astype(np.float32),
+            ),
+            id="float32",
+            eps=1e-2,
+            rtol=1e-4,
+        ),
     ]
     return out
 
@@ -175,16 +182,19 @@ def _select_convert_cases():
 
 
 def _bcast(operand_shape, dims, shape, tag):
-    return Case(hlo.BroadcastInDimOp, ins(f64(*operand_shape)),
-                {"broadcast_dimensions": dims, "shape": shape}, id=tag)
+    return Case(hlo.BroadcastInDimOp, ins(f64(*operand_shape)), {"broadcast_dimensions": dims, "shape": shape}, id=tag)
 
 
 def _dot(lhs, rhs, lb, rb, lc, rc, tag):
     return Case(
         hlo.DotGeneralOp,
         ins(f64(*lhs), f64(*rhs)),
-        {"lhs_batching_dimensions": lb, "rhs_batching_dimensions": rb,
-         "lhs_contracting_dimensions": lc, "rhs_contracting_dimensions": rc},
+        {
+            "lhs_batching_dimensions": lb,
+            "rhs_batching_dimensions": rb,
+            "lhs_contracting_dimensions": lc,
+            "rhs_contracting_dimensions": rc,
+        },
         id=tag,
     )
 
@@ -203,8 +213,12 @@ def _shape_cases():
         _bcast((1, 3), (1, 0), (3, 5), "permuted-size-1"),
         _bcast((1, 1), (0, 1), (1, 1), "size-1-kept"),
         _bcast((2, 3), (0, 1), (2, 3), "identity"),
-        Case(hlo.BroadcastInDimOp, ins(np.arange(3, dtype=np.int32)),
-             {"broadcast_dimensions": (0,), "shape": (3, 2)}, id="int"),
+        Case(
+            hlo.BroadcastInDimOp,
+            ins(np.arange(3, dtype=np.int32)),
+            {"broadcast_dimensions": (0,), "shape": (3, 2)},
+            id="int",
+        ),
         Case(hlo.ReshapeOp, ins(f64(2, 3, 4)), {"shape": (4, 6)}, id="merge"),
         Case(hlo.ReshapeOp, ins(f64()), {"shape": (1, 1)}, id="scalar"),
         Case(hlo.ReshapeOp, ins(f64(6)), {"shape": (2, 1, 3)}, id="split"),
@@ -221,9 +235,17 @@ def _shape_cases():
         _dot((2, 5, 3), (3, 4, 5), (1,), (2,), (2,), (0,), "batch-in-odd-places"),
         _dot((2, 3, 4), (4, 3, 5), (), (), (1, 2), (1, 0), "two-crossed-contractions"),
         _dot((2, 3, 4), (3, 2, 4, 5), (0, 1), (1, 0), (2,), (2,), "two-swapped-batch-dims"),
-        Case(hlo.DotGeneralOp, ins(np.ones((2, 3), np.int32), np.ones((3, 2), np.int32)),
-             {"lhs_batching_dimensions": (), "rhs_batching_dimensions": (),
-              "lhs_contracting_dimensions": (1,), "rhs_contracting_dimensions": (0,)}, id="int"),
+        Case(
+            hlo.DotGeneralOp,
+            ins(np.ones((2, 3), np.int32), np.ones((3, 2), np.int32)),
+            {
+                "lhs_batching_dimensions": (),
+                "rhs_batching_dimensions": (),
+                "lhs_contracting_dimensions": (1,),
+                "rhs_contracting_dimensions": (0,),
+            },
+            id="int",
+        ),
     ]
 
 
@@ -245,26 +267,38 @@ def _reduce_cases():
         _reduce("mul", with_zeros((3, 4, 2), [(0, 1, 0)]), (1,), 1.0, "mul-one-zero"),
         _reduce("mul", with_zeros((3, 4, 2), [(1, 2, 1), (1, 3, 1), (2, 0, 0)]), (1,), 2.0, "mul-two-zeros"),
         _reduce("mul", with_zeros((3, 4), [(0, 0), (2, 3)]), (0, 1), 1.0, "mul-all-two-zeros"),
-        Case(hlo.ReduceOp, ins(np.arange(6, dtype=np.int32).reshape(2, 3), np.int32(0)),
-             {"computation": "add", "dimensions": (1,)}, id="int"),
-        Case(hlo.ReduceOp, ins(np.ones((2, 3), bool), np.bool_(True)),
-             {"computation": "and", "dimensions": (1,)}, id="bool-and"),
+        Case(
+            hlo.ReduceOp,
+            ins(np.arange(6, dtype=np.int32).reshape(2, 3), np.int32(0)),
+            {"computation": "add", "dimensions": (1,)},
+            id="int",
+        ),
+        Case(
+            hlo.ReduceOp,
+            ins(np.ones((2, 3), bool), np.bool_(True)),
+            {"computation": "and", "dimensions": (1,)},
+            id="bool-and",
+        ),
     ]
     return out
 
 
 def _slicing_cases():
     def slice_case(shape, start, limit, strides, tag):
-        return Case(hlo.SliceOp, ins(f64(*shape)),
-                    {"start_indices": start, "limit_indices": limit, "strides": strides}, id=tag)
+        return Case(
+            hlo.SliceOp, ins(f64(*shape)), {"start_indices": start, "limit_indices": limit, "strides": strides}, id=tag
+        )
 
     def pad_case(shape, low, high, interior, tag):
-        return Case(hlo.PadOp, ins(f64(*shape), f64()),
-                    {"edge_padding_low": low, "edge_padding_high": high, "interior_padding": interior}, id=tag)
+        return Case(
+            hlo.PadOp,
+            ins(f64(*shape), f64()),
+            {"edge_padding_low": low, "edge_padding_high": high, "interior_padding": interior},
+            id=tag,
+        )
 
     def dyn(shape, starts, sizes, tag, dt=np.int32):
-        return Case(hlo.DynamicSliceOp, ins(f64(*shape), *[dt(s) for s in starts]),
-                    {"slice_sizes": sizes}, id=tag)
+        return Case(hlo.DynamicSliceOp, ins(f64(*shape), *[dt(s) for s in starts]), {"slice_sizes": sizes}, id=tag)
 
     def dus(shape, update, starts, tag, dt=np.int32):
         return Case(hlo.DynamicUpdateSliceOp, ins(f64(*shape), f64(*update), *[dt(s) for s in starts]), id=tag)
@@ -278,8 +312,12 @@ def _slicing_cases():
         slice_case((5, 6, 7), (1, 0, 2), (4, 6, 7), (2, 1, 3), "rank3-strided"),
         slice_case((4,), (2,), (2,), (1,), "empty"),
         slice_case((), (), (), (), "scalar"),
-        Case(hlo.SliceOp, ins(np.arange(5, dtype=np.int64)),
-             {"start_indices": (1,), "limit_indices": (4,), "strides": (2,)}, id="int"),
+        Case(
+            hlo.SliceOp,
+            ins(np.arange(5, dtype=np.int64)),
+            {"start_indices": (1,), "limit_indices": (4,), "strides": (2,)},
+            id="int",
+        ),
         pad_case((2, 3), (1, 0), (0, 2), (0, 0), "edges"),
         pad_case((2, 3), (0, 1), (1, 0), (1, 2), "interior"),
         pad_case((2, 3, 2), (1, 0, 2), (0, 1, 0), (2, 0, 1), "rank3"),
@@ -287,8 +325,12 @@ def _slicing_cases():
         pad_case((4, 5), (-2, -1), (-1, 0), (0, 1), "crop-only"),
         pad_case((0, 3), (1, 0), (1, 0), (2, 0), "empty-dim"),
         pad_case((), (), (), (), "scalar"),
-        Case(hlo.PadOp, ins(np.arange(3, dtype=np.int32), np.int32(7)),
-             {"edge_padding_low": (1,), "edge_padding_high": (1,), "interior_padding": (1,)}, id="int"),
+        Case(
+            hlo.PadOp,
+            ins(np.arange(3, dtype=np.int32), np.int32(7)),
+            {"edge_padding_low": (1,), "edge_padding_high": (1,), "interior_padding": (1,)},
+            id="int",
+        ),
         dyn((5, 6), (1, 2), (2, 3), "inside"),
         dyn((5, 6), (4, -1), (3, 3), "clamped", np.int64),
         dyn((2, 3, 4), (0, 1, 1), (2, 1, 3), "rank3"),
@@ -316,8 +358,13 @@ def _tpu_cases():
         # Real size = static size: tpu-pad-dynamic-shapes has nothing to mask
         # (padded values: test_dynamic_shapes.py's gradient tests).
         Case(SetDimensionSizeOp, ins(f64(4, 3), np.int32(4)), {"dimension": 0}, id="full-size"),
-        Case(tpu.ShardingConstraintOp, ins(f64(4, 2)), {"sharding": ShardingAttr("{devices=[2,1]0,1}")},
-             id="tiled", traced=False),  # one core: traced in test_sharding_constraint_rule_over_2_cores
+        Case(
+            tpu.ShardingConstraintOp,
+            ins(f64(4, 2)),
+            {"sharding": ShardingAttr("{devices=[2,1]0,1}")},
+            id="tiled",
+            traced=False,
+        ),  # one core: traced in test_sharding_constraint_rule_over_2_cores
     ]
 
 
@@ -355,22 +402,58 @@ def _replica_cases():
             ReplicaCase(ccl.AllReduceOp, R, (2, 3), {"replica_groups": strided, "computation": "max"}, f"R{R}-max"),
             ReplicaCase(ccl.AllReduceOp, R, (3,), {"replica_groups": pairs, "computation": "min"}, f"R{R}-min"),
             ReplicaCase(ccl.AllReduceOp, R, (3,), {"replica_groups": everyone, "computation": "mul"}, f"R{R}-mul"),
-            ReplicaCase(ccl.AllReduceOp, R, (3,), {"replica_groups": everyone, "computation": "mul"},
-                        f"R{R}-mul-zero", zeros=True),
+            ReplicaCase(
+                ccl.AllReduceOp,
+                R,
+                (3,),
+                {"replica_groups": everyone, "computation": "mul"},
+                f"R{R}-mul-zero",
+                zeros=True,
+            ),
             ReplicaCase(ccl.AllGatherOp, R, (2, 3), {"replica_groups": everyone, "all_gather_dim": 0}, f"R{R}-dim0"),
             ReplicaCase(ccl.AllGatherOp, R, (2, 3), {"replica_groups": strided, "all_gather_dim": 1}, f"R{R}-dim1"),
-            ReplicaCase(ccl.ReduceScatterOp, R, (4, 4),
-                        {"replica_groups": everyone, "scatter_dimension": 0, "computation": "add"}, f"R{R}-add"),
-            ReplicaCase(ccl.ReduceScatterOp, R, (2, 4),
-                        {"replica_groups": pairs, "scatter_dimension": 1, "computation": "max"}, f"R{R}-max"),
-            ReplicaCase(ccl.ReduceScatterOp, R, (4, 2),
-                        {"replica_groups": everyone, "scatter_dimension": 0, "computation": "mul"}, f"R{R}-mul"),
-            ReplicaCase(ccl.AllToAllOp, R, (4, 2),
-                        {"replica_groups": everyone, "split_dimension": 0, "concat_dimension": 1}, f"R{R}-0to1"),
-            ReplicaCase(ccl.AllToAllOp, R, (2, 4, 3),
-                        {"replica_groups": pairs, "split_dimension": 1, "concat_dimension": 2}, f"R{R}-1to2"),
-            ReplicaCase(ccl.CollectivePermuteOp, R, (2, 3),
-                        {"source_target_pairs": tuple((r, (r + 1) % R) for r in range(R))}, f"R{R}-cycle"),
+            ReplicaCase(
+                ccl.ReduceScatterOp,
+                R,
+                (4, 4),
+                {"replica_groups": everyone, "scatter_dimension": 0, "computation": "add"},
+                f"R{R}-add",
+            ),
+            ReplicaCase(
+                ccl.ReduceScatterOp,
+                R,
+                (2, 4),
+                {"replica_groups": pairs, "scatter_dimension": 1, "computation": "max"},
+                f"R{R}-max",
+            ),
+            ReplicaCase(
+                ccl.ReduceScatterOp,
+                R,
+                (4, 2),
+                {"replica_groups": everyone, "scatter_dimension": 0, "computation": "mul"},
+                f"R{R}-mul",
+            ),
+            ReplicaCase(
+                ccl.AllToAllOp,
+                R,
+                (4, 2),
+                {"replica_groups": everyone, "split_dimension": 0, "concat_dimension": 1},
+                f"R{R}-0to1",
+            ),
+            ReplicaCase(
+                ccl.AllToAllOp,
+                R,
+                (2, 4, 3),
+                {"replica_groups": pairs, "split_dimension": 1, "concat_dimension": 2},
+                f"R{R}-1to2",
+            ),
+            ReplicaCase(
+                ccl.CollectivePermuteOp,
+                R,
+                (2, 3),
+                {"source_target_pairs": tuple((r, (r + 1) % R) for r in range(R))},
+                f"R{R}-cycle",
+            ),
             ReplicaCase(ccl.CollectivePermuteOp, R, (3,), {"source_target_pairs": ((0, 1),)}, f"R{R}-one-pair"),
         ]
     return out
@@ -392,8 +475,7 @@ def test_every_op_declares_its_gradient():
         if sum(kinds) != 1:
             bad.append(f"{op.name} (structural={kinds[0]}, not_differentiable={kinds[1]}, rule={kinds[2]})")
     assert not bad, (
-        "each op must be exactly one of STRUCTURAL_GRADIENT, NOT_DIFFERENTIABLE or have a vjp rule: "
-        + ", ".join(bad)
+        "each op must be exactly one of STRUCTURAL_GRADIENT, NOT_DIFFERENTIABLE or have a vjp rule: " + ", ".join(bad)
     )
 
 
@@ -428,7 +510,7 @@ def op_params(op: type, inputs: list, params: dict) -> dict:
     block.add_op(built)
     built.verify()
     got = built.params()
-    for key, value in params.items():
+    for key, _value in params.items():
         assert key in got, f"{op.name}: params() has no {key!r}"
     return got
 
@@ -519,11 +601,21 @@ def test_skip_input_indices_drop_only_the_skipped_cotangents():
         (hlo.SubtractOp, [a, b], {}),
         (hlo.MultiplyOp, [a, b], {}),
         (hlo.DivideOp, [a, b], {}),
-        (hlo.DotGeneralOp, [a, rng.standard_normal((4, 5))],
-         {"lhs_contracting_dimensions": (1,), "rhs_contracting_dimensions": (0,)}),
-        (hlo.DotGeneralOp, [rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 4))],
-         {"lhs_batching_dimensions": (0,), "rhs_batching_dimensions": (0,),
-          "lhs_contracting_dimensions": (2,), "rhs_contracting_dimensions": (2,)}),
+        (
+            hlo.DotGeneralOp,
+            [a, rng.standard_normal((4, 5))],
+            {"lhs_contracting_dimensions": (1,), "rhs_contracting_dimensions": (0,)},
+        ),
+        (
+            hlo.DotGeneralOp,
+            [rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 4))],
+            {
+                "lhs_batching_dimensions": (0,),
+                "rhs_batching_dimensions": (0,),
+                "lhs_contracting_dimensions": (2,),
+                "rhs_contracting_dimensions": (2,),
+            },
+        ),
         (hlo.ReduceOp, [a, np.float64(0.5)], {"computation": "add", "dimensions": (1,)}),
     ]
     assert {op for op, _, _ in cases} == {op for op in ALL_OPS if _takes_skips(op)}
@@ -573,8 +665,11 @@ def test_rules_keep_float32():
         (hlo.AbsOp, [x], {}),
         (hlo.ReduceOp, [x, np.float32(1)], {"computation": "mul", "dimensions": (0, 1)}),
         (hlo.ReduceOp, [x, np.float32(0)], {"computation": "max", "dimensions": (1,)}),
-        (hlo.PadOp, [x, np.float32(0)], {"edge_padding_low": (1, 0), "edge_padding_high": (0, -1),
-                                         "interior_padding": (1, 1)}),
+        (
+            hlo.PadOp,
+            [x, np.float32(0)],
+            {"edge_padding_low": (1, 0), "edge_padding_high": (0, -1), "interior_padding": (1, 1)},
+        ),
         (hlo.DynamicSliceOp, [x, np.int32(1), np.int32(1)], {"slice_sizes": (1, 2)}),
     ]:
         outs = op.eager(inputs, **params)
@@ -589,16 +684,33 @@ def test_rules_keep_float32():
 # bookkeeping (elementwise, broadcast_in_dim, reduce, dot_general, slice, pad)
 # --------------------------------------------------------------------------
 
-PROPERTY = settings(max_examples=25, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 shapes = st.lists(st.integers(1, 3), min_size=0, max_size=3).map(tuple)
 
 
 @PROPERTY
-@given(shape=shapes, op=st.sampled_from([hlo.AddOp, hlo.SubtractOp, hlo.MultiplyOp, hlo.DivideOp, hlo.PowerOp,
-                                         hlo.MaximumOp, hlo.MinimumOp, hlo.ExpOp, hlo.TanhOp, hlo.LogisticOp,
-                                         hlo.SqrtOp, hlo.LogOp, hlo.AbsOp, hlo.NegateOp]),
-       seed=st.integers(0, 2**16))
+@given(
+    shape=shapes,
+    op=st.sampled_from(
+        [
+            hlo.AddOp,
+            hlo.SubtractOp,
+            hlo.MultiplyOp,
+            hlo.DivideOp,
+            hlo.PowerOp,
+            hlo.MaximumOp,
+            hlo.MinimumOp,
+            hlo.ExpOp,
+            hlo.TanhOp,
+            hlo.LogisticOp,
+            hlo.SqrtOp,
+            hlo.LogOp,
+            hlo.AbsOp,
+            hlo.NegateOp,
+        ]
+    ),
+    seed=st.integers(0, 2**16),
+)
 def test_elementwise_property(shape, op, seed):
     rng = np.random.default_rng(seed)
     x = rng.uniform(0.5, 2.0, shape) * (1 if op in (hlo.PowerOp, hlo.SqrtOp, hlo.LogOp) else rng.choice([-1, 1], shape))
@@ -624,8 +736,13 @@ def broadcasts(draw):
 def test_broadcast_in_dim_property(b, seed):
     operand, dims, shape = b
     rng = np.random.default_rng(seed)
-    check_vjp(hlo.BroadcastInDimOp, [rng.standard_normal(operand)], {"broadcast_dimensions": dims, "shape": shape},
-              rng, where=f"broadcast {operand} {dims} {shape}")
+    check_vjp(
+        hlo.BroadcastInDimOp,
+        [rng.standard_normal(operand)],
+        {"broadcast_dimensions": dims, "shape": shape},
+        rng,
+        where=f"broadcast {operand} {dims} {shape}",
+    )
 
 
 @PROPERTY
@@ -638,20 +755,27 @@ def test_reduce_property(shape, kind, data, seed):
     if kind == "mul" and x.size and data.draw(st.booleans()):
         x.reshape(-1)[rng.integers(0, x.size, 2)] = 0.0
     init = {"add": 0.25, "mul": 1.25, "max": -np.inf, "min": np.inf}[kind]
-    check_vjp(hlo.ReduceOp, [x, np.float64(init)], {"computation": kind, "dimensions": dims}, rng,
-              where=f"reduce {kind} {shape} {dims}")
+    check_vjp(
+        hlo.ReduceOp,
+        [x, np.float64(init)],
+        {"computation": kind, "dimensions": dims},
+        rng,
+        where=f"reduce {kind} {shape} {dims}",
+    )
 
 
 @st.composite
 def dots(draw):
     nb, nc, nl, nr = (draw(st.integers(0, 2)) for _ in range(4))
     sizes = [draw(st.integers(1, 3)) for _ in range(nb + nc + nl + nr)]
-    b, c, lf, rf = sizes[:nb], sizes[nb:nb + nc], sizes[nb + nc:nb + nc + nl], sizes[nb + nc + nl:]
+    b, c, lf, rf = sizes[:nb], sizes[nb : nb + nc], sizes[nb + nc : nb + nc + nl], sizes[nb + nc + nl :]
     # Logical dims of each operand: ("b", i), ("c", i), ("f", i); shuffled into a layout.
-    lhs = draw(st.permutations([("b", i) for i in range(nb)] + [("c", i) for i in range(nc)]
-                               + [("f", i) for i in range(nl)]))
-    rhs = draw(st.permutations([("b", i) for i in range(nb)] + [("c", i) for i in range(nc)]
-                               + [("f", i) for i in range(nr)]))
+    lhs = draw(
+        st.permutations([("b", i) for i in range(nb)] + [("c", i) for i in range(nc)] + [("f", i) for i in range(nl)])
+    )
+    rhs = draw(
+        st.permutations([("b", i) for i in range(nb)] + [("c", i) for i in range(nc)] + [("f", i) for i in range(nr)])
+    )
 
     def size(kind, i, free):
         return {"b": b, "c": c, "f": free}[kind][i]
@@ -672,8 +796,13 @@ def dots(draw):
 def test_dot_general_property(d, seed):
     lshape, rshape, params = d
     rng = np.random.default_rng(seed)
-    check_vjp(hlo.DotGeneralOp, [rng.standard_normal(lshape), rng.standard_normal(rshape)], params, rng,
-              where=f"dot {lshape} {rshape} {params}")
+    check_vjp(
+        hlo.DotGeneralOp,
+        [rng.standard_normal(lshape), rng.standard_normal(rshape)],
+        params,
+        rng,
+        where=f"dot {lshape} {rshape} {params}",
+    )
 
 
 @st.composite
@@ -693,8 +822,13 @@ def slices(draw):
 def test_slice_property(s, seed):
     shape, start, limit, strides = s
     rng = np.random.default_rng(seed)
-    check_vjp(hlo.SliceOp, [rng.standard_normal(shape)],
-              {"start_indices": start, "limit_indices": limit, "strides": strides}, rng, where=f"slice {s}")
+    check_vjp(
+        hlo.SliceOp,
+        [rng.standard_normal(shape)],
+        {"start_indices": start, "limit_indices": limit, "strides": strides},
+        rng,
+        where=f"slice {s}",
+    )
 
 
 @st.composite
@@ -717,9 +851,13 @@ def pads(draw):
 def test_pad_property(p, seed):
     shape, low, high, interior = p
     rng = np.random.default_rng(seed)
-    check_vjp(hlo.PadOp, [rng.standard_normal(shape), np.float64(rng.standard_normal())],
-              {"edge_padding_low": low, "edge_padding_high": high, "interior_padding": interior}, rng,
-              where=f"pad {p}")
+    check_vjp(
+        hlo.PadOp,
+        [rng.standard_normal(shape), np.float64(rng.standard_normal())],
+        {"edge_padding_low": low, "edge_padding_high": high, "interior_padding": interior},
+        rng,
+        where=f"pad {p}",
+    )
 
 
 # --------------------------------------------------------------------------
@@ -760,7 +898,9 @@ def test_collective_rule_matches_finite_differences(case):
 
     for _ in range(DIRECTIONS):
         ds = [rng.standard_normal(x.shape) for x in xs]
-        numeric = (total([x + EPS * d for x, d in zip(xs, ds)]) - total([x - EPS * d for x, d in zip(xs, ds)])) / (2 * EPS)
+        numeric = (total([x + EPS * d for x, d in zip(xs, ds)]) - total([x - EPS * d for x, d in zip(xs, ds)])) / (
+            2 * EPS
+        )
         analytic = sum(float(np.sum(g * d)) for g, d in zip(grads, ds))
         assert abs(numeric - analytic) <= RTOL * abs(analytic) + 1e-7 * R, (str(case), numeric, analytic)
 
@@ -781,7 +921,7 @@ def test_cross_replica_sum_gradient_is_the_cross_replica_sum_of_the_cotangent(R)
 
         got = [g for (g,) in xtpu.replicate(grad, [[x, c] for x, c in zip(xs, cts)])]
         for r in range(R):
-            group = next((g for g in (groups or [list(range(R))]) if r in g))
+            group = next(g for g in (groups or [list(range(R))]) if r in g)
             np.testing.assert_allclose(got[r], sum(cts[p] for p in group), rtol=1e-12)
         text = xtpu.lower(grad, [[x, c] for x, c in zip(xs, cts)]).as_text()
         assert text.count("tpu.cross_replica_sum") == 2
@@ -803,15 +943,26 @@ def test_pad_and_dynamic_update_slice_over_2_logical_cores(R):
 
     def step(x, u, i):
         x = xtpu.split_to_logical_devices(x, [2, 1])
-        (p,) = bind(hlo.PadOp, [x * 2.0, np.float32(-1)], edge_padding_low=(1, -1), edge_padding_high=(0, 2),
-                    interior_padding=(1, 0))
+        (p,) = bind(
+            hlo.PadOp,
+            [x * 2.0, np.float32(-1)],
+            edge_padding_low=(1, -1),
+            edge_padding_high=(0, 2),
+            interior_padding=(1, 0),
+        )
         (d,) = bind(hlo.DynamicUpdateSliceOp, [x, u, i, np.int32(1)])
         (s,) = bind(hlo.DynamicSliceOp, [d, i, np.int32(0)], slice_sizes=(2, 4))
         return p, d + 1.0, s
 
     rng = np.random.default_rng(0)
-    ins = [[rng.standard_normal((4, 4)).astype(np.float32), rng.standard_normal((2, 2)).astype(np.float32),
-            np.int32(r + 1)] for r in range(R)]
+    ins = [
+        [
+            rng.standard_normal((4, 4)).astype(np.float32),
+            rng.standard_normal((2, 2)).astype(np.float32),
+            np.int32(r + 1),
+        ]
+        for r in range(R)
+    ]
     out = xtpu.replicate(step, ins, device_assignment=_two_cores(R))
     for r in range(R):
         want = step(*ins[r])  # eager: the constraint checks and returns x
@@ -829,12 +980,25 @@ def test_sharding_constraint_rule_over_2_cores():
 
     def grad(x, w, ct):
         (xs,) = bind(tpu.ShardingConstraintOp, [x], sharding=shard)
-        (h,) = bind(hlo.DotGeneralOp, [xs, w], lhs_batching_dimensions=(), rhs_batching_dimensions=(),
-                    lhs_contracting_dimensions=(1,), rhs_contracting_dimensions=(0,))
+        (h,) = bind(
+            hlo.DotGeneralOp,
+            [xs, w],
+            lhs_batching_dimensions=(),
+            rhs_batching_dimensions=(),
+            lhs_contracting_dimensions=(1,),
+            rhs_contracting_dimensions=(0,),
+        )
         (s,) = bind(hlo.SliceOp, [h], start_indices=(0, 1), limit_indices=(4, 4), strides=(1, 2))
         (ds,) = hlo.SliceOp.vjp([ct], [h], [s], start_indices=(0, 1), limit_indices=(4, 4), strides=(1, 2))
-        dxs, dw = hlo.DotGeneralOp.vjp([ds], [xs, w], [h], lhs_batching_dimensions=(), rhs_batching_dimensions=(),
-                                       lhs_contracting_dimensions=(1,), rhs_contracting_dimensions=(0,))
+        dxs, dw = hlo.DotGeneralOp.vjp(
+            [ds],
+            [xs, w],
+            [h],
+            lhs_batching_dimensions=(),
+            rhs_batching_dimensions=(),
+            lhs_contracting_dimensions=(1,),
+            rhs_contracting_dimensions=(0,),
+        )
         (dx,) = tpu.ShardingConstraintOp.vjp([dxs], [x], [xs], sharding=shard)
         return dx, dw
 
@@ -888,9 +1052,12 @@ def _second_order_cases():
     out = []
     for case in CASES:
         inputs = case.inputs(np.random.default_rng(0))
-        if case.traced and all(np.asarray(x).dtype != np.float32 for x in inputs) and any(
-            np.asarray(x).dtype == np.float64 for x in inputs
-        ) and case.op not in (tpu.CrossReplicaSumOp, tpu.ShardingConstraintOp):
+        if (
+            case.traced
+            and all(np.asarray(x).dtype != np.float32 for x in inputs)
+            and any(np.asarray(x).dtype == np.float64 for x in inputs)
+            and case.op not in (tpu.CrossReplicaSumOp, tpu.ShardingConstraintOp)
+        ):
             out.append(case)
     return out
 

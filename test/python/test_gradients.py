@@ -213,7 +213,7 @@ def test_tf1_colocation_flag():
     # without colocation the gradient of the host op runs on the device
     assert clusters(off) == ["0"]
     for fn in (lambda x: computation(x, True), lambda x: computation(x, False)):
-        (g,), = xtpu.replicate(fn, [[np.float64(0.3)]])
+        ((g,),) = xtpu.replicate(fn, [[np.float64(0.3)]])
         assert g == pytest.approx(2 * (2 * np.exp(0.3)) * 2 * np.exp(0.3))
 
 
@@ -230,7 +230,7 @@ def test_several_host_ops_of_one_call_share_one_cluster():
     text = xtpu.lower(computation, [[np.ones(3)]]).as_text()
     assert clusters(text) == ["0", "0.uid"]
     x = RNG.standard_normal(3)
-    (g,), = xtpu.replicate(computation, [[x]])
+    ((g,),) = xtpu.replicate(computation, [[x]])
     a = np.exp(x)
     want = (1 - np.tanh(a) ** 2) * a * a + np.tanh(a) * a
     np.testing.assert_allclose(g, want, rtol=1e-12)
@@ -246,7 +246,7 @@ def test_gradient_cluster_name_rule():
 
 
 def test_seed_colocation_errors():
-    from xtpu.gradients import NESTED_COLOCATION, NO_GRADIENT_UID, _Colocation, Node
+    from xtpu.gradients import NESTED_COLOCATION, NO_GRADIENT_UID, Node, _Colocation
     from xtpu.tracing import current_trace
 
     seen = {}
@@ -527,8 +527,9 @@ def test_gradients_of_mirrored_variables_are_per_replica():
     batch = next(iter(strategy.experimental_distribute_dataset([data])))
     g_tape, g_tf1 = strategy.run(step, args=(batch,))
     assert isinstance(g_tape, xtpu.PerReplica)
-    for r, (a, b) in enumerate(zip(strategy.experimental_local_results(g_tape),
-                                   strategy.experimental_local_results(g_tf1))):
+    for r, (a, b) in enumerate(
+        zip(strategy.experimental_local_results(g_tape), strategy.experimental_local_results(g_tf1))
+    ):
         np.testing.assert_allclose(a, 2 * np.array([1.0, 2.0]) * data[r])
         np.testing.assert_allclose(b, a)
 
@@ -611,10 +612,8 @@ def test_traced_gradient_builds_no_op_it_then_erases(monkeypatch):
 
     rng = np.random.default_rng(3)
     x, w, w2 = rng.standard_normal((4, 5)), rng.standard_normal((5, 6)) * 0.3, rng.standard_normal((6, 3)) * 0.3
-    (g_w, g_w2), = xtpu.replicate(step, [[x, w, w2]])
-    assert emitted and all(op.parent is not None for op in emitted), [
-        op.name for op in emitted if op.parent is None
-    ]
+    ((g_w, g_w2),) = xtpu.replicate(step, [[x, w, w2]])
+    assert emitted and all(op.parent is not None for op in emitted), [op.name for op in emitted if op.parent is None]
     h = np.tanh(x @ w)
     g_y = 2 * (h @ w2) / (h @ w2).size
     np.testing.assert_allclose(g_w2, h.T @ g_y, rtol=1e-12)

@@ -293,7 +293,10 @@ def test_while_bounds_zero_and_a_constant_tensor_and_a_single_tensor_loop_value(
     def vec_model(x, w):
         v = xtpu.concat([xtpu.reshape(x, [1]), xtpu.reshape(w, [1]), xtpu.reshape(x * w, [1])], 0)
         v = xtpu.while_loop(
-            lambda v: xtpu.math.reduce_sum(v) < 100.0, lambda v: xtpu.math.tanh(v) * 3.0 + v * w, v, maximum_iterations=5
+            lambda v: xtpu.math.reduce_sum(v) < 100.0,
+            lambda v: xtpu.math.tanh(v) * 3.0 + v * w,
+            v,
+            maximum_iterations=5,
         )
         return xtpu.math.reduce_sum(v * v)
 
@@ -314,9 +317,7 @@ def test_gradients_through_cond_and_loop_in_tpu_strategy_with_a_mirrored_variabl
     def step(x):
         with xtpu.GradientTape() as tape:
             s = xtpu.math.reduce_sum(x)
-            loss = xtpu.cond(
-                s > 5.0, lambda: xtpu.math.reduce_sum(w * w * x), lambda: xtpu.math.reduce_sum(w * x)
-            )
+            loss = xtpu.cond(s > 5.0, lambda: xtpu.math.reduce_sum(w * w * x), lambda: xtpu.math.reduce_sum(w * x))
             loss = xtpu.while_loop(
                 lambda v: v < 50.0,
                 lambda v: v * xtpu.math.reduce_sum(w.read_value()) + 1.0,

@@ -521,8 +521,9 @@ def test_gradient_tape_structure():
             g.gradient(y, [x1, {"x2": x2, "x3": x3}]),
         )
 
-    check(case, (1.0, (1.0,), (1.0, 2.0), [(1.0, 2.0), (2.0, 3.0)], (1.0, 2.0, [1.0, 3.0]),
-                 [1.0, {"x2": 2.0, "x3": 3.0}]))
+    check(
+        case, (1.0, (1.0,), (1.0, 2.0), [(1.0, 2.0), (2.0, 3.0)], (1.0, 2.0, [1.0, 3.0]), [1.0, {"x2": 2.0, "x3": 3.0}])
+    )
 
 
 def test_gradient_tape():
@@ -572,8 +573,9 @@ def test_gradient_tape_with_while_loop():
         x = C(2.0)
         with xtpu.GradientTape() as g:
             g.watch([x])
-            _, y = xtpu.while_loop(lambda i, _: i < 3, lambda i, x: (i + 1, x * 2), [i, x],
-                                   maximum_iterations=maximum_iterations)
+            _, y = xtpu.while_loop(
+                lambda i, _: i < 3, lambda i, x: (i + 1, x * 2), [i, x], maximum_iterations=maximum_iterations
+            )
         return g.gradient(y, [x])[0]
 
     check(case, 4.0, traced=False)
@@ -1178,8 +1180,9 @@ def test_stop_gradients():
             graph_with_stops = make_graph(np.random.RandomState(seed), constants)
             for variables_ in subsets:
                 grad1 = grads([graph_with_stops["d"]], [graph_with_stops[v] for v in variables_])
-                grad2 = grads([graph["d"]], [graph[v] for v in variables_],
-                              stop_gradients=[graph[v] for v in constants])
+                grad2 = grads(
+                    [graph["d"]], [graph[v] for v in variables_], stop_gradients=[graph[v] for v in constants]
+                )
                 cases.append((grad1, grad2))
         return cases
 
@@ -1393,9 +1396,11 @@ def test_custom_gradient_variables_kwonly_args(anonymous_varargs):
             return (4.0 * x_captured * dy, [x_captured_grad])
 
         if anonymous_varargs:
+
             def GradMult(dy, *, variables=None):  # noqa: N802
                 return ActualGrad(dy, variables)
         else:
+
             def GradMult(*dys, variables=None):  # noqa: N802
                 return ActualGrad(dys[0], variables)
 
@@ -1703,8 +1708,7 @@ def test_guide_cases_of_none_gradients():
     y = xtpu.Variable(3.0)
     with xtpu.GradientTape() as tape:
         z = y**2
-    np.testing.assert_array_equal(tape.gradient(z, x, unconnected_gradients=xtpu.UnconnectedGradients.ZERO),
-                                  [0.0, 0.0])
+    np.testing.assert_array_equal(tape.gradient(z, x, unconnected_gradients=xtpu.UnconnectedGradients.ZERO), [0.0, 0.0])
 
 
 def test_guide_custom_gradient_clips_and_multiple_tapes():
@@ -1803,8 +1807,9 @@ def log1pexp(x):
     return xtpu.math.log(1 + e), grad
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
-                            "ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.filterwarnings(
+    "ignore:overflow encountered:RuntimeWarning", "ignore:invalid value encountered:RuntimeWarning"
+)
 def test_doc_custom_gradient_log1pexp():
     def case():
         x = C(100.0)
@@ -1978,13 +1983,18 @@ def test_numpy_interop_under_a_tape():
     np.testing.assert_allclose(grad(lambda x: x.mean(axis=0).sum()), ones / 2)
     np.testing.assert_allclose(grad(lambda x: np.max(x)), [[0, 0], [1, 0]])
     np.testing.assert_allclose(grad(lambda x: x.min()), [[0, 0], [0, 1]])
-    np.testing.assert_allclose(grad(lambda x: (x.T @ x).sum()), finite_difference(lambda v: (v.T @ v).sum(), xv),
-                               rtol=1e-6)
-    np.testing.assert_allclose(grad(lambda x: np.dot(x, x).sum()), finite_difference(lambda v: (v @ v).sum(), xv),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        grad(lambda x: (x.T @ x).sum()), finite_difference(lambda v: (v.T @ v).sum(), xv), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        grad(lambda x: np.dot(x, x).sum()), finite_difference(lambda v: (v @ v).sum(), xv), rtol=1e-6
+    )
     np.testing.assert_allclose(grad(lambda x: x[0, 1] * x[1, 0]), [[0, 3], [2, 0]])
-    np.testing.assert_allclose(grad(lambda x: (x[:, None, :] * x[None]).sum()), finite_difference(
-        lambda v: (v[:, None, :] * v[None]).sum(), xv), rtol=1e-6)
+    np.testing.assert_allclose(
+        grad(lambda x: (x[:, None, :] * x[None]).sum()),
+        finite_difference(lambda v: (v[:, None, :] * v[None]).sum(), xv),
+        rtol=1e-6,
+    )
     np.testing.assert_allclose(grad(lambda x: x.reshape(4).sum() + x.ravel()[0]), ones + [[1, 0], [0, 0]])
     np.testing.assert_allclose(grad(lambda x: x.astype(np.float32).sum()), ones)
     np.testing.assert_allclose(grad(lambda x: np.concatenate([x, 2 * x]).sum()), 3 * ones)
@@ -1993,8 +2003,15 @@ def test_numpy_interop_under_a_tape():
     np.testing.assert_allclose(grad(lambda x: np.exp(x).sum()), np.exp(xv))
     np.testing.assert_allclose(grad(lambda x: x.copy().sum() * float(x[0, 0]) * x.shape[0]), 2 * ones)
     # what is not an xtpu op raises, naming this file's line
-    for f in (lambda x: np.sin(x), lambda x: x % 2.0, lambda x: x.prod(), lambda x: x.cumsum(),
-              lambda x: np.linalg.norm(x), lambda x: x.swapaxes(0, 1), lambda x: np.where(x > 0, x, 0.0)):
+    for f in (
+        lambda x: np.sin(x),
+        lambda x: x % 2.0,
+        lambda x: x.prod(),
+        lambda x: x.cumsum(),
+        lambda x: np.linalg.norm(x),
+        lambda x: x.swapaxes(0, 1),
+        lambda x: np.where(x > 0, x, 0.0),
+    ):
         with pytest.raises(TypeError, match=rf"would silently carry no gradient.*\(at {THIS}:\d+\)"):
             grad(f)
     with pytest.raises(IndexError, match=rf"xtpu records indexing with static ints.*{THIS}"):
@@ -2150,8 +2167,14 @@ def test_dtypes():
             sq = x64 * x64
         g64 = t.gradient(y32, x64)
         assert g64.dtype == "float64" or np.asarray(g64).dtype == np.float64
-        return (g64, t.gradient(yi, xi), t.gradient(yb, xb), t.gradient(yf, xf),
-                t.gradient(yi, xi, unconnected_gradients="zero"), t.gradient(sq, x64, output_gradients=2.0))
+        return (
+            g64,
+            t.gradient(yi, xi),
+            t.gradient(yb, xb),
+            t.gradient(yf, xf),
+            t.gradient(yi, xi, unconnected_gradients="zero"),
+            t.gradient(sq, x64, output_gradients=2.0),
+        )
 
     check(case, (3.0, None, None, [2.0, -3.0], [0, 0], 8.0))
 
@@ -2174,9 +2197,14 @@ def test_broadcasting_with_python_scalars_on_either_side():
         return (t.gradient(y, [x, w]), [t.gradient(v, x) for v in (a, b, c, d, e, f, g)])
 
     xs = np.array([[1.0], [2.0]])
-    check(case, ([[[9.0], [9.0]], [3.0, 3.0, 3.0]],
-                 [2 + 0 * xs, 2 + 0 * xs, -1 + 0 * xs, 1 + 0 * xs, -1 / xs**2, 0.5 + 0 * xs, np.log(2) * 2**xs]),
-          rtol=1e-6)
+    check(
+        case,
+        (
+            [[[9.0], [9.0]], [3.0, 3.0, 3.0]],
+            [2 + 0 * xs, 2 + 0 * xs, -1 + 0 * xs, 1 + 0 * xs, -1 / xs**2, 0.5 + 0 * xs, np.log(2) * 2**xs],
+        ),
+        rtol=1e-6,
+    )
 
 
 def test_custom_gradient_none_for_an_input_and_python_numbers():
@@ -2397,8 +2425,18 @@ def test_while_loop_list_loop_vars_and_tuple_body():
 
 def test_getitem_newaxis():
     x = np.arange(6.0).reshape(2, 3)
-    keys = [(None,), (None, 0), (0, None), (Ellipsis, None), (None, Ellipsis), (slice(None), None, 1), (None, None),
-            (1, None, slice(0, 2), None), (None, 1, Ellipsis), (Ellipsis, None, 0)]
+    keys = [
+        (None,),
+        (None, 0),
+        (0, None),
+        (Ellipsis, None),
+        (None, Ellipsis),
+        (slice(None), None, 1),
+        (None, None),
+        (1, None, slice(0, 2), None),
+        (None, 1, Ellipsis),
+        (Ellipsis, None, 0),
+    ]
     out = xtpu.replicate(lambda v: tuple(v[k] for k in keys), [[x]])[0]
     for k, got in zip(keys, out):
         np.testing.assert_array_equal(got, x[k])

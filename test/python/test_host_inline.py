@@ -26,8 +26,12 @@ def small_math(x):
 
 
 def to_number(x):
-    return xtpu.outside_compilation(
-        lambda v: xtpu.strings.to_number(xtpu.strings.format("{}", v), out_type=xtpu.float32), x * 2.0) * 1.0
+    return (
+        xtpu.outside_compilation(
+            lambda v: xtpu.strings.to_number(xtpu.strings.format("{}", v), out_type=xtpu.float32), x * 2.0
+        )
+        * 1.0
+    )
 
 
 def host_cond(x):
@@ -44,13 +48,16 @@ def two_clusters(x):
     return xtpu.outside_compilation(lambda v, t: xtpu.strings.to_number(t) + v, a, s) * 1.0
 
 
-@pytest.mark.parametrize("fn, x, inline", [
-    (small_math, np.float32(1), [True]),
-    (to_number, np.float32(1), [False]),  # strings: host-only ops
-    (host_cond, np.float32(1), [False]),  # a region: may loop
-    (big_matmul, np.ones((129, 129), np.float32), [False]),  # values of 65 KB
-    (big_matmul, np.ones((128, 128), np.float32), [True]),  # 64 KB
-])
+@pytest.mark.parametrize(
+    "fn, x, inline",
+    [
+        (small_math, np.float32(1), [True]),
+        (to_number, np.float32(1), [False]),  # strings: host-only ops
+        (host_cond, np.float32(1), [False]),  # a region: may loop
+        (big_matmul, np.ones((129, 129), np.float32), [False]),  # values of 65 KB
+        (big_matmul, np.ones((128, 128), np.float32), [True]),  # 64 KB
+    ],
+)
 def test_which_host_functions_run_inline(fn, x, inline):
     assert 128 * 128 * 4 <= INLINE_BYTES < 129 * 129 * 4
     compiled = xtpu.lower(fn, [[x]]).compile()
@@ -64,7 +71,11 @@ def test_a_wait_for_another_clusters_value_keeps_the_function_on_its_worker():
     # the first is plain math; the second formats a string; the third waits
     # on the second's host-to-host channel
     assert [runs_inline(b) for b in blocks] == [True, False, False]
-    out = compiled([[np.float32(1)], ])
+    out = compiled(
+        [
+            [np.float32(1)],
+        ]
+    )
     assert float(out[0][0]) == 12.0  # a = 6, "6" -> 6, 6 + 6
 
 
@@ -79,8 +90,9 @@ def trace_of(tmp_path, fn, inputs):
     return out, names, spans
 
 
-@pytest.mark.parametrize("fn, host_op, inline", [(small_math, "hlo.tanh", True),
-                                                 (to_number, "hlo.string_to_number", False)])
+@pytest.mark.parametrize(
+    "fn, host_op, inline", [(small_math, "hlo.tanh", True), (to_number, "hlo.string_to_number", False)]
+)
 def test_where_the_host_function_ran(tmp_path, fn, host_op, inline):
     inputs = [[np.float32(r + 1)] for r in range(2)]
     out, names, spans = trace_of(tmp_path, fn, inputs)
@@ -94,8 +106,10 @@ def test_where_the_host_function_ran(tmp_path, fn, host_op, inline):
     for op in ops:
         track = names[op["tid"]]
         if inline:  # inside a device worker's span, on its track
-            assert any(d["tid"] == op["tid"] and d["ts"] <= op["ts"] and op["ts"] + op["dur"] <= d["ts"] + d["dur"] + 1
-                       for d in devices), track
+            assert any(
+                d["tid"] == op["tid"] and d["ts"] <= op["ts"] and op["ts"] + op["dur"] <= d["ts"] + d["dur"] + 1
+                for d in devices
+            ), track
         else:
             assert track.startswith("xtpu-host-0-replica-"), track
     if not inline:
@@ -113,7 +127,8 @@ def test_an_error_in_another_replicas_host_function_aborts_one_that_serves_inlin
     def step(x):
         a = xtpu.outside_compilation(lambda v: v + 1.0, x * 2.0)  # inline
         b = xtpu.outside_compilation(
-            lambda v: xtpu.strings.to_number(xtpu.strings.format("{}", v), out_type=xtpu.int32), a)
+            lambda v: xtpu.strings.to_number(xtpu.strings.format("{}", v), out_type=xtpu.int32), a
+        )
         return xtpu.cross_replica_sum(b + 0)
 
     compiled = xtpu.lower(step, [[np.float32(1)], [np.float32(2)]]).compile(timeout=30)
@@ -187,7 +202,7 @@ def test_a_keyboard_interrupt_in_an_inline_host_function_reaches_the_caller():
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    w.kernels = kernels[:i] + (interrupted,) + kernels[i + 1:]
+    w.kernels = kernels[:i] + (interrupted,) + kernels[i + 1 :]
     with pytest.raises(KeyboardInterrupt):
         compiled([[np.float32(1)]])
     w.kernels = kernels

@@ -14,7 +14,6 @@ import pytest
 import xtpu
 from xtpu.runtime.errors import RuntimeTimeoutError
 
-
 # --------------------------------------------------------------------------
 # Configuration errors (TF's)
 # --------------------------------------------------------------------------
@@ -67,11 +66,17 @@ def test_a_frozen_configuration_cannot_change():
     q.freeze()
     q.set_tuple_types([np.float32])  # the same: fine
     q.set_tuple_shapes([xtpu.TensorShape([4, 2])])
-    with pytest.raises(ValueError, match="Trying to update InfeedQueue with frozen configuration with an incompatible type"):
+    with pytest.raises(
+        ValueError, match="Trying to update InfeedQueue with frozen configuration with an incompatible type"
+    ):
         q.set_tuple_types(["int32"])
-    with pytest.raises(ValueError, match="Trying to update InfeedQueue with frozen configuration with an incompatible shape"):
+    with pytest.raises(
+        ValueError, match="Trying to update InfeedQueue with frozen configuration with an incompatible shape"
+    ):
         q.set_tuple_shapes([[8, 2]])
-    with pytest.raises(ValueError, match="Can't set sharding policy to use 4 shards since it has been frozen to use 2."):
+    with pytest.raises(
+        ValueError, match="Can't set sharding policy to use 4 shards since it has been frozen to use 2."
+    ):
         q.set_number_of_shards(4)
     with pytest.raises(ValueError, match="Can't set shard dimension to 1 since it has been frozen to use 0."):
         q.set_shard_dimensions([1])
@@ -101,10 +106,12 @@ def test_configuration_from_sharded_inputs():
         xtpu.InfeedQueue(number_of_tuple_elements=2).set_configuration_from_sharded_input_tensors([[np.zeros(2)]])
     with pytest.raises(TypeError, match="types of the tuple elements of input_tensors are not consistent"):
         xtpu.InfeedQueue(number_of_tuple_elements=1).set_configuration_from_sharded_input_tensors(
-            [[np.zeros(2, np.float32)], [np.zeros(2, np.float64)]])
+            [[np.zeros(2, np.float32)], [np.zeros(2, np.float64)]]
+        )
     with pytest.raises(ValueError, match="are not consistent shards of a full shape sharded 2 ways along dimension 0"):
         xtpu.InfeedQueue(number_of_tuple_elements=1).set_configuration_from_sharded_input_tensors(
-            [[np.zeros(2)], [np.zeros(3)]])
+            [[np.zeros(2)], [np.zeros(3)]]
+        )
     with pytest.raises(ValueError, match="input_tensors has 1 elements, but should be a list of 2 Tensors"):
         xtpu.InfeedQueue(number_of_tuple_elements=2).set_configuration_from_input_tensors([np.zeros(2)])
 
@@ -146,7 +153,10 @@ def test_replicate_checks_the_queue():
         xtpu.replicate(lambda a, b: a, [[x], [x], [x]], infeed_queue=q)
     with pytest.raises(ValueError, match="is not configured"):
         xtpu.replicate(lambda a, b: a, [[x]], infeed_queue=xtpu.InfeedQueue(number_of_tuple_elements=1))
-    with pytest.raises(ValueError, match="You specified 1 inputs per replica and 1 additional inputs from infeed, but the computation needs 1"):
+    with pytest.raises(
+        ValueError,
+        match="You specified 1 inputs per replica and 1 additional inputs from infeed, but the computation needs 1",
+    ):
         xtpu.replicate(lambda a: a, [[x], [x]], infeed_queue=q)  # the tuple element is one more argument
 
 
@@ -232,7 +242,10 @@ def test_an_empty_queue_times_out_naming_replica_and_queue():
     out = compiled([[], []])
     np.testing.assert_array_equal(out[1][0], [2.0])
     q.generate_enqueue_ops([[np.ones(1, np.float32)], [np.ones(1, np.float32)]])[1]()  # replica 1 only
-    with pytest.raises(RuntimeTimeoutError, match=r"replica 0, op tpu.infeed_dequeue_tuple .*timed out after 0.3 s waiting for a tuple in infeed queue 'batches'"):
+    with pytest.raises(
+        RuntimeTimeoutError,
+        match=r"replica 0, op tpu.infeed_dequeue_tuple .*timed out after 0.3 s waiting for a tuple in infeed queue 'batches'",
+    ):
         compiled([[], []])
 
 
@@ -241,7 +254,10 @@ def test_enqueue_checks_the_frozen_configuration():
     q.set_number_of_shards(2)
     q.freeze()
     good = [np.zeros((2, 2), np.float32), np.zeros(2, np.int32)]
-    with pytest.raises(ValueError, match=r"replica 1: tuple element 0 must be float32\[2, 2\] \(the frozen configuration\), got float32\[2, 3\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"replica 1: tuple element 0 must be float32\[2, 2\] \(the frozen configuration\), got float32\[2, 3\]",
+    ):
         q.enqueue([good, [np.zeros((2, 3), np.float32), np.zeros(2, np.int32)]])
     with pytest.raises(ValueError, match=r"replica 0: tuple element 1 must be int32\[2\] .*got int64\[2\]"):
         q.enqueue([[good[0], np.zeros(2, np.int64)], good])
@@ -272,8 +288,9 @@ def test_xtpu_run_of_a_module_reading_an_infeed_names_the_op_not_a_traceback():
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.path.join(root, "test", "lit", "passes", "infeed-device-program.mlir")
-    proc = subprocess.run([sys.executable, "-m", "xtpu.tools.run", path], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "xtpu.tools.run", path], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "infeed-device-program.mlir:17:5: tpu.infeed_dequeue_tuple: no infeed queue 'InfeedQueue#1' in this " \
-        "process" in proc.stderr, proc.stderr
+    assert (
+        "infeed-device-program.mlir:17:5: tpu.infeed_dequeue_tuple: no infeed queue 'InfeedQueue#1' in this "
+        "process" in proc.stderr
+    ), proc.stderr

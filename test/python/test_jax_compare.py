@@ -15,9 +15,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_quick_side_by_side_prints_a_ratio_for_every_workload():
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "jax_compare.py"), "--quick", "--rounds", "1",
-         "--repeats", "1"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "jax_compare.py"),
+            "--quick",
+            "--rounds",
+            "1",
+            "--repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {m[0]: m[1] for m in re.findall(r"^  (\S.*?\S)\s{2,}\S+ \S+\s+\S+ \S+\s+(\d+\.\d\d)", proc.stdout, re.M)}

@@ -70,14 +70,17 @@ def test_ir_and_runtime_never_import_the_api():
     assert violations() == []
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("from xtpu.variables import lookup_host_variable\n", True),
-    ("def f():\n    from xtpu import strategy\n", True),
-    ("import xtpu.replication\n", True),
-    ("from xtpu.tracing import bind\n", False),
-    ("from xtpu.dialects.tensor_spec import TensorSpec\n", False),
-    ("from .errors import Aborted\n", False),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from xtpu.variables import lookup_host_variable\n", True),
+        ("def f():\n    from xtpu import strategy\n", True),
+        ("import xtpu.replication\n", True),
+        ("from xtpu.tracing import bind\n", False),
+        ("from xtpu.dialects.tensor_spec import TensorSpec\n", False),
+        ("from .errors import Aborted\n", False),
+    ],
+)
 def test_the_check_sees_function_level_and_package_imports(tmp_path, source, expected):
     path = tmp_path / "m.py"
     path.write_text(source)
@@ -89,8 +92,13 @@ def test_the_api_modules_named_in_issue_16_have_no_circle():
     and no function-level imports; the strategy imports variables."""
     path = ROOT / "compiler" / "variables.py"
     tree = ast.parse(path.read_text())
-    nested = [node.lineno for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-              for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    nested = [
+        node.lineno
+        for fn in ast.walk(tree)
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for node in ast.walk(fn)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
     assert nested == []
     modules = {m for _, m in imported_modules(path, "xtpu")}
     assert "xtpu.strategy" not in modules and "xtpu.distribute_context" in modules

@@ -25,6 +25,7 @@ def test_the_library_only_adds_a_null_handler():
 
 def test_trace_compile_cache_and_pass_events_carry_their_times(caplog, monkeypatch):
     monkeypatch.delenv("XTPU_INTER_OP_THREADS", raising=False)  # xtpu's own choice of threads
+
     def step(x):
         return xtpu.cross_replica_sum(x * 3.0)
 
@@ -40,8 +41,12 @@ def test_trace_compile_cache_and_pass_events_carry_their_times(caplog, monkeypat
     pass_msgs = [m for name, m in messages if name == "xtpu.passes"]
     pipeline = [p.name for p in parse_pipeline(default_pipeline())]
     assert [m.split()[1] for m in pass_msgs] == pipeline
-    assert len([m for m in compile_msgs
-                if re.match(rf"compiled for 2 replicas in \d+\.\d ms, passes={len(pipeline)}$", m)]) == 1
+    assert (
+        len(
+            [m for m in compile_msgs if re.match(rf"compiled for 2 replicas in \d+\.\d ms, passes={len(pipeline)}$", m)]
+        )
+        == 1
+    )
     assert all(re.match(r"pass \S+ in \d+\.\d\d ms$", m) for m in pass_msgs)
     runs = [m for name, m in messages if name == "xtpu.runtime" and m.startswith("run:")]
     # A step this small runs its replicas in one thread (runtime/sequential.py).

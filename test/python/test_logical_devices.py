@@ -54,7 +54,10 @@ def test_the_partitioned_program_has_local_shapes_and_collectives():
     "pd, match",
     [
         ([1, 2, 4], "must equal to the rank"),
-        ([1, 2, 2, 1], "product of `partition_dimensions` should be the same as the number of logical devices \\(=8\\)"),
+        (
+            [1, 2, 2, 1],
+            "product of `partition_dimensions` should be the same as the number of logical devices \\(=8\\)",
+        ),
         ([1, 8, 1, 1], "not divisible"),
     ],
 )
@@ -126,13 +129,16 @@ def test_every_op_kind_split_every_way_matches_the_unsplit_program(op, cores, re
     da = _assignment(replicas, cores)
     rng = np.random.default_rng(cores * 10 + replicas)
     inputs = [
-        [rng.integers(-4, 5, size=(8, 16)).astype(np.float32), rng.integers(-2, 3, size=(16, 16)).astype(np.float32)][:1]
+        [rng.integers(-4, 5, size=(8, 16)).astype(np.float32), rng.integers(-2, 3, size=(16, 16)).astype(np.float32)][
+            :1
+        ]
         + [rng.integers(-2, 3, size=(8, 16) if op != "dot" else (16, 16)).astype(np.float32)]
         for _ in range(replicas)
     ]
     if op == "transpose":
         inputs = [[x, rng.integers(-2, 3, size=(16, 8)).astype(np.float32)] for x, _ in inputs]
     for name, pd in _splits(cores).items():
+
         def fn(x, w, pd=pd):
             return OPS[op](xtpu.split_to_logical_devices(x, pd), w)
 

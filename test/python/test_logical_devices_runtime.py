@@ -94,8 +94,12 @@ def ints(shape, seed, lo=-8, hi=8, dtype=np.float32):
 @pytest.mark.parametrize("n", [1, 2])
 def test_elementwise_on_rows_split_over_two_cores(n):
     text = partitioned(
-        n=n, cores=2, inputs=[(T84, T44)], outputs=[(T84, T44)],
-        in_shardings=[SPLIT_ROWS], out_shardings=[SPLIT_ROWS],
+        n=n,
+        cores=2,
+        inputs=[(T84, T44)],
+        outputs=[(T84, T44)],
+        in_shardings=[SPLIT_ROWS],
+        out_shardings=[SPLIT_ROWS],
         body=f"""
             %sq = hlo.multiply %x0, %x0 : {T44}
             %y = hlo.add %sq, %x0 : {T44}
@@ -112,9 +116,12 @@ def test_elementwise_on_rows_split_over_two_cores(n):
 def test_columns_split_with_a_replicated_scalar_and_a_replicated_output():
     t82 = "tensor<8x2xf32>"
     text = partitioned(
-        n=2, cores=2, inputs=[(T84, t82), ("tensor<f32>", "tensor<f32>")],
+        n=2,
+        cores=2,
+        inputs=[(T84, t82), ("tensor<f32>", "tensor<f32>")],
         outputs=[(T84, t82), ("tensor<f32>", "tensor<f32>")],
-        in_shardings=[SPLIT_COLS, REPLICATED], out_shardings=[SPLIT_COLS, REPLICATED],
+        in_shardings=[SPLIT_COLS, REPLICATED],
+        out_shardings=[SPLIT_COLS, REPLICATED],
         body=f"""
             %b = hlo.broadcast_in_dim %x1, dims = [] : (tensor<f32>) -> {t82}
             %y = hlo.multiply %x0, %b : {t82}
@@ -134,8 +141,12 @@ def test_partially_replicated_tiles_are_split_and_assembled():
     # 4 cores: rows in 2 tiles, each tile held by 2 cores ({0,1} and {2,3}).
     sh = "#tpu.sharding<{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}>"
     text = partitioned(
-        n=1, cores=4, inputs=[(T84, T44)], outputs=[(T84, T44)],
-        in_shardings=[sh], out_shardings=[sh],
+        n=1,
+        cores=4,
+        inputs=[(T84, T44)],
+        outputs=[(T84, T44)],
+        in_shardings=[sh],
+        out_shardings=[sh],
         body=f"""
             %y = hlo.add %x0, %x0 : {T44}
             tpu.yield %y : {T44}
@@ -148,7 +159,10 @@ def test_partially_replicated_tiles_are_split_and_assembled():
 
 def test_without_shardings_every_core_gets_the_whole_value_and_core_0_gives_the_result():
     text = partitioned(
-        n=2, cores=2, inputs=[(T84, T84)], outputs=[(T84, T84)],
+        n=2,
+        cores=2,
+        inputs=[(T84, T84)],
+        outputs=[(T84, T84)],
         body=f"""
             %c = tpu.logical_core_id : tensor<i32>
             %cf = hlo.convert %c : (tensor<i32>) -> tensor<f32>
@@ -181,7 +195,10 @@ IDS_BODY = """
 def test_replica_and_logical_core_ids_and_output_owners():
     t1, t2 = "tensor<1xi32>", "tensor<2xi32>"
     text = partitioned(
-        n=2, cores=2, inputs=[], outputs=[(t2, t1), (t2, t1), (t1, t1), (t1, t1)],
+        n=2,
+        cores=2,
+        inputs=[],
+        outputs=[(t2, t1), (t2, t1), (t1, t1), (t1, t1)],
         out_shardings=[
             "#tpu.sharding<{devices=[2]0,1}>",
             "#tpu.sharding<{devices=[2]1,0}>",  # core 1 holds the first tile
@@ -203,7 +220,10 @@ def test_replica_and_logical_core_ids_and_output_owners():
 
 def test_maximal_input_goes_whole_to_every_core():
     text = partitioned(
-        n=1, cores=2, inputs=[(T84, T84)], outputs=[(T84, T84)],
+        n=1,
+        cores=2,
+        inputs=[(T84, T84)],
+        outputs=[(T84, T84)],
         in_shardings=["#tpu.sharding<{maximal device=1}>"],
         out_shardings=["#tpu.sharding<{maximal device=1}>"],
         body=f"""
@@ -227,10 +247,12 @@ def test_dot_with_a_split_contracting_dim_all_reduced_over_the_replicas_cores(n)
     # cores is the full product, replicated.
     groups = ", ".join(f"[{2 * r}, {2 * r + 1}]" for r in range(n))
     text = partitioned(
-        n=n, cores=2,
+        n=n,
+        cores=2,
         inputs=[("tensor<4x8xf32>", T44), ("tensor<8x3xf32>", "tensor<4x3xf32>")],
         outputs=[("tensor<4x3xf32>", "tensor<4x3xf32>")],
-        in_shardings=[SPLIT_COLS, SPLIT_ROWS], out_shardings=[REPLICATED],
+        in_shardings=[SPLIT_COLS, SPLIT_ROWS],
+        out_shardings=[REPLICATED],
         body=f"""
             %p = hlo.dot_general %x0, %x1, batching_dims = [] x [], contracting_dims = [1] x [0] : ({T44}, tensor<4x3xf32>) -> tensor<4x3xf32>
             %s = ccl.all_reduce %p applies add groups = dense<[{groups}]> : tensor<{n}x2xi64> channel 1 : tensor<4x3xf32>
@@ -246,8 +268,12 @@ def test_dot_with_a_split_contracting_dim_all_reduced_over_the_replicas_cores(n)
 
 def test_all_gather_within_a_replica_rebuilds_the_global_value():
     text = partitioned(
-        n=2, cores=2, inputs=[(T84, T44)], outputs=[(T84, T84)],
-        in_shardings=[SPLIT_ROWS], out_shardings=[REPLICATED],
+        n=2,
+        cores=2,
+        inputs=[(T84, T44)],
+        outputs=[(T84, T84)],
+        in_shardings=[SPLIT_ROWS],
+        out_shardings=[REPLICATED],
         body=f"""
             %g = ccl.all_gather %x0 dim = 0 groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64> : ({T44}) -> {T84}
             tpu.yield %g : {T84}
@@ -261,8 +287,12 @@ def test_all_gather_within_a_replica_rebuilds_the_global_value():
 
 def test_cross_replica_all_reduce_per_logical_core():
     text = partitioned(
-        n=2, cores=2, inputs=[(T84, T44)], outputs=[(T84, T44)],
-        in_shardings=[SPLIT_ROWS], out_shardings=[SPLIT_ROWS],
+        n=2,
+        cores=2,
+        inputs=[(T84, T44)],
+        outputs=[(T84, T44)],
+        in_shardings=[SPLIT_ROWS],
+        out_shardings=[SPLIT_ROWS],
         body=f"""
             %s = ccl.all_reduce %x0 applies add groups = dense<[[0, 2], [1, 3]]> : tensor<2x2xi64> channel 1 : {T44}
             tpu.yield %s : {T44}
@@ -276,8 +306,12 @@ def test_cross_replica_all_reduce_per_logical_core():
 
 def test_lowered_cross_replica_sum_sums_over_replicas_per_core():
     text = partitioned(
-        n=3, cores=2, inputs=[(T84, T44)], outputs=[(T84, T44)],
-        in_shardings=[SPLIT_ROWS], out_shardings=[SPLIT_ROWS],
+        n=3,
+        cores=2,
+        inputs=[(T84, T44)],
+        outputs=[(T84, T44)],
+        in_shardings=[SPLIT_ROWS],
+        out_shardings=[SPLIT_ROWS],
         body=f"""
             %s = tpu.cross_replica_sum %x0 : {T44}
             tpu.yield %s : {T44}
@@ -296,10 +330,10 @@ def test_lowered_cross_replica_sum_sums_over_replicas_per_core():
 
 def test_outside_compilation_is_served_once_per_replica_and_seen_by_every_core():
     # Core 0 of each replica talks to the host; the answer reaches all cores.
-    text = f"""
-builtin.module {{
-  func.func @main(%a: tensor<f32>, %b: tensor<f32>) -> (tensor<2xf32>, tensor<2xf32>) {{
-    %r:2 = "tpu.replicate"(%a, %b) <{{n = 2 : i64, num_cores_per_replica = 2 : i64}}> ({{
+    text = """
+builtin.module {
+  func.func @main(%a: tensor<f32>, %b: tensor<f32>) -> (tensor<2xf32>, tensor<2xf32>) {
+    %r:2 = "tpu.replicate"(%a, %b) <{n = 2 : i64, num_cores_per_replica = 2 : i64}> ({
     ^bb0(%x: tensor<f32>):
       tpu.send_to_host "host_compute_channel_0_args"(%x : tensor<f32>)
       %h = tpu.recv_from_host "host_compute_channel_0_retvals" : tensor<f32>
@@ -308,16 +342,16 @@ builtin.module {{
       %y = hlo.add %h, %cf : tensor<f32>
       %y1 = hlo.reshape %y : (tensor<f32>) -> tensor<1xf32>
       tpu.yield %y1 : tensor<1xf32>
-    }}) {{tpu.output_shardings = [#tpu.sharding<{{devices=[2]0,1}}>]}} : (tensor<f32>, tensor<f32>) -> (tensor<2xf32>, tensor<2xf32>)
+    }) {tpu.output_shardings = [#tpu.sharding<{devices=[2]0,1}>]} : (tensor<f32>, tensor<f32>) -> (tensor<2xf32>, tensor<2xf32>)
     func.return %r#0, %r#1 : tensor<2xf32>, tensor<2xf32>
-  }}
-  func.func @host_0() attributes {{tpu.outside_compilation_cluster = "0"}} {{
+  }
+  func.func @host_0() attributes {tpu.outside_compilation_cluster = "0"} {
     %v = tpu.recv_at_host "host_compute_channel_0_args" : tensor<f32>
     %w = hlo.multiply %v, %v : tensor<f32>
     tpu.send_from_host "host_compute_channel_0_retvals"(%w : tensor<f32>)
     func.return
-  }}
-}}
+  }
+}
 """
     exe = Executable(parse(text), timeout=10)
     for a, b in ((2.0, 3.0), (-1.0, 5.0)):
@@ -335,55 +369,83 @@ def test_a_body_that_was_not_partitioned_is_a_clear_error():
     # Shardings from tpu-propagate-sharding but the global body: it verifies
     # (the form before tpu-spmd-partition) but cannot run per core.
     text = partitioned(
-        n=1, cores=2, inputs=[(T84, T84)], outputs=[(T84, T84)],
-        in_shardings=[SPLIT_ROWS], out_shardings=[SPLIT_ROWS],
+        n=1,
+        cores=2,
+        inputs=[(T84, T84)],
+        outputs=[(T84, T84)],
+        in_shardings=[SPLIT_ROWS],
+        out_shardings=[SPLIT_ROWS],
         body=f"""
             %y = hlo.add %x0, %x0 : {T84}
             tpu.yield %y : {T84}
         """,
     )
-    with pytest.raises(ValueError, match=r"input 0 of tpu.replicate has global type tensor<8x4xf32> and sharding "
-                       r"\{devices=\[2,1\]0,1\}, so each logical core holds float32\[4x4\], but body argument 0 "
-                       r"has type tensor<8x4xf32>; the body has the global shape: run tpu-spmd-partition first"):
+    with pytest.raises(
+        ValueError,
+        match=r"input 0 of tpu.replicate has global type tensor<8x4xf32> and sharding "
+        r"\{devices=\[2,1\]0,1\}, so each logical core holds float32\[4x4\], but body argument 0 "
+        r"has type tensor<8x4xf32>; the body has the global shape: run tpu-spmd-partition first",
+    ):
         Executable(parse(text))
 
 
 def test_wrong_local_shapes_are_a_clear_error():
     t24 = "tensor<2x4xf32>"
     text = partitioned(
-        n=1, cores=2, inputs=[(T84, t24)], outputs=[(T84, t24)],
-        in_shardings=[SPLIT_ROWS], out_shardings=[SPLIT_ROWS],
+        n=1,
+        cores=2,
+        inputs=[(T84, t24)],
+        outputs=[(T84, t24)],
+        in_shardings=[SPLIT_ROWS],
+        out_shardings=[SPLIT_ROWS],
         body=f"""
             tpu.yield %x0 : {t24}
         """,
     )
-    with pytest.raises(VerifyException, match=r"input 0 has type tensor<8x4xf32> and sharding \{devices=\[2,1\]0,1\}, "
-                       r"so the body's type must be tensor<4x4xf32> .* but the body argument has type tensor<2x4xf32>"):
+    with pytest.raises(
+        VerifyException,
+        match=r"input 0 has type tensor<8x4xf32> and sharding \{devices=\[2,1\]0,1\}, "
+        r"so the body's type must be tensor<4x4xf32> .* but the body argument has type tensor<2x4xf32>",
+    ):
         parse(text)
-    with pytest.raises(ValueError, match=r"so each logical core holds float32\[4x4\], but body argument 0 has type "
-                       r"tensor<2x4xf32>$"):
+    with pytest.raises(
+        ValueError,
+        match=r"so each logical core holds float32\[4x4\], but body argument 0 has type "
+        r"tensor<2x4xf32>$",
+    ):
         Executable(parse(text, verify=False))
 
 
 def test_wrong_output_local_shape_is_a_clear_error():
     text = partitioned(
-        n=1, cores=2, inputs=[(T84, T44)], outputs=[(T84, T84)],
-        in_shardings=[SPLIT_ROWS], out_shardings=[SPLIT_COLS],
+        n=1,
+        cores=2,
+        inputs=[(T84, T44)],
+        outputs=[(T84, T84)],
+        in_shardings=[SPLIT_ROWS],
+        out_shardings=[SPLIT_COLS],
         body=f"""
             %g = ccl.all_gather %x0 dim = 0 groups = dense<[[0, 1]]> : tensor<1x2xi64> : ({T44}) -> {T84}
             tpu.yield %g : {T84}
         """,
     )
-    with pytest.raises(ValueError, match=r"output 0 of tpu.replicate has global type tensor<8x4xf32> and sharding "
-                       r"\{devices=\[1,2\]0,1\}, so each logical core holds float32\[8x2\], but the yielded value 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"output 0 of tpu.replicate has global type tensor<8x4xf32> and sharding "
+        r"\{devices=\[1,2\]0,1\}, so each logical core holds float32\[8x2\], but the yielded value 0",
+    ):
         Executable(parse(text, verify=False))
 
 
 def test_a_core_missing_from_a_collective_times_out_naming_the_participant():
     # Core 1 of the replica skips the all_reduce its group expects from it.
     text = partitioned(
-        n=1, cores=2, inputs=[(T84, T44)], outputs=[(T84, T44)],
-        in_shardings=[SPLIT_ROWS], out_shardings=[SPLIT_ROWS],
+        n=1,
+        cores=2,
+        inputs=[(T84, T44)],
+        outputs=[(T84, T44)],
+        in_shardings=[SPLIT_ROWS],
+        out_shardings=[SPLIT_ROWS],
         body=f"""
             %c = tpu.logical_core_id : tensor<i32>
             %zero = hlo.constant dense<0> : tensor<i32>
@@ -410,7 +472,10 @@ def test_a_core_missing_from_a_collective_times_out_naming_the_participant():
 
 def test_an_unpartitioned_sharding_constraint_is_an_error():
     text = partitioned(
-        n=1, cores=2, inputs=[(T84, T84)], outputs=[(T84, T84)],
+        n=1,
+        cores=2,
+        inputs=[(T84, T84)],
+        outputs=[(T84, T84)],
         body=f"""
             %y = tpu.sharding_constraint %x0 to {SPLIT_ROWS} : {T84}
             tpu.yield %y : {T84}
@@ -426,28 +491,36 @@ def test_an_unpartitioned_sharding_constraint_is_an_error():
 
 def test_verifier_accepts_the_global_and_the_local_form_but_not_a_mix():
     common = dict(n=1, cores=2, in_shardings=[SPLIT_ROWS, SPLIT_ROWS], out_shardings=[SPLIT_ROWS])
-    parse(partitioned(inputs=[(T84, T84), (T84, T84)], outputs=[(T84, T84)],
-                      body=f"tpu.yield %x0 : {T84}", **common))
-    parse(partitioned(inputs=[(T84, T44), (T84, T44)], outputs=[(T84, T44)],
-                      body=f"tpu.yield %x0 : {T44}", **common))
-    with pytest.raises(VerifyException, match=r"body mixes global types \(input 1\) and local per-core types "
-                       r"\(input 0\)"):
-        parse(partitioned(inputs=[(T84, T44), (T84, T84)], outputs=[(T84, T44)],
-                          body=f"tpu.yield %x0 : {T44}", **common))
+    parse(partitioned(inputs=[(T84, T84), (T84, T84)], outputs=[(T84, T84)], body=f"tpu.yield %x0 : {T84}", **common))
+    parse(partitioned(inputs=[(T84, T44), (T84, T44)], outputs=[(T84, T44)], body=f"tpu.yield %x0 : {T44}", **common))
+    with pytest.raises(
+        VerifyException,
+        match=r"body mixes global types \(input 1\) and local per-core types "
+        r"\(input 0\)",
+    ):
+        parse(
+            partitioned(inputs=[(T84, T44), (T84, T84)], outputs=[(T84, T44)], body=f"tpu.yield %x0 : {T44}", **common)
+        )
 
 
 def test_verifier_checks_the_shardings_attributes():
     base = dict(n=1, cores=2, inputs=[(T84, T44)], outputs=[(T84, T44)], body=f"tpu.yield %x0 : {T44}")
     with pytest.raises(VerifyException, match=r"tpu.input_shardings has 2 entries, but the body has 1 arguments"):
         parse(partitioned(in_shardings=[SPLIT_ROWS, SPLIT_ROWS], out_shardings=[SPLIT_ROWS], **base))
-    with pytest.raises(VerifyException, match=r"tpu.output_shardings entry 0 \(\{devices=\[4,1\]0,1,2,3\}\) tiles "
-                       r"over 4 devices, but a replica has 2 logical cores"):
+    with pytest.raises(
+        VerifyException,
+        match=r"tpu.output_shardings entry 0 \(\{devices=\[4,1\]0,1,2,3\}\) tiles "
+        r"over 4 devices, but a replica has 2 logical cores",
+    ):
         parse(partitioned(in_shardings=[SPLIT_ROWS], out_shardings=["#tpu.sharding<{devices=[4,1]0,1,2,3}>"], **base))
     with pytest.raises(VerifyException, match=r"names logical core 2, but a replica has 2 logical cores"):
         parse(partitioned(in_shardings=["#tpu.sharding<{maximal device=2}>"], out_shardings=[SPLIT_ROWS], **base))
     # Without shardings the types must match exactly, as with one core.
-    with pytest.raises(VerifyException, match=r"input 0 of replica 0 has type tensor<8x4xf32>, but the body "
-                       r"argument has type tensor<4x4xf32>"):
+    with pytest.raises(
+        VerifyException,
+        match=r"input 0 of replica 0 has type tensor<8x4xf32>, but the body "
+        r"argument has type tensor<4x4xf32>",
+    ):
         parse(partitioned(n=1, cores=2, inputs=[(T84, T44)], outputs=[(T44, T44)], body=f"tpu.yield %x0 : {T44}"))
 
 

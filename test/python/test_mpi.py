@@ -44,8 +44,9 @@ def env(**extra):
 def run(cmd, env, cwd=None):
     """``subprocess.run`` whose timeout ends the whole process group (the
     ranks too: killing mpiexec alone would leave their pipes open)."""
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
-                          start_new_session=True) as p:
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True
+    ) as p:
         try:
             out, err = p.communicate(timeout=LIMIT)
         except subprocess.TimeoutExpired:
@@ -163,8 +164,10 @@ def test_operands_of_different_shapes_on_two_ranks_name_both_replicas_and_the_op
     assert elapsed < LIMIT / 2
     errors = raised(proc.stdout)
     assert errors, proc.stdout + proc.stderr
-    expected = ("XtpuRuntimeError: mismatched operands in ccl.all_reduce of group [0, 1]: "
-                "replica 0 (rank 0) has float32[3], replica 1 (rank 1) has float32[4]")
+    expected = (
+        "XtpuRuntimeError: mismatched operands in ccl.all_reduce of group [0, 1]: "
+        "replica 0 (rank 0) has float32[3], replica 1 (rank 1) has float32[4]"
+    )
     for rank, error in errors.items():
         assert error == expected, (rank, proc.stdout)
     assert "truncat" not in (proc.stdout + proc.stderr).lower()
@@ -179,9 +182,12 @@ def test_ranks_calling_different_programs_raise_instead_of_summing_them():
     assert errors, proc.stdout + proc.stderr
     for rank, error in errors.items():
         other = 1 - rank
-        assert re.search(rf"ccl\.all_reduce of group \[0, 1, 2, 3\]: rank {other} sent the operands of call \d "
-                         rf"of program [0-9a-f]{{16}} while rank {rank} is in call \d of program [0-9a-f]{{16}}: "
-                         "under MPI every rank must call the same compiled programs in the same order", error), error
+        assert re.search(
+            rf"ccl\.all_reduce of group \[0, 1, 2, 3\]: rank {other} sent the operands of call \d "
+            rf"of program [0-9a-f]{{16}} while rank {rank} is in call \d of program [0-9a-f]{{16}}: "
+            "under MPI every rank must call the same compiled programs in the same order",
+            error,
+        ), error
 
 
 def test_a_rank_that_never_reaches_the_collective_times_out_the_others():
@@ -220,6 +226,7 @@ def workers_of(out):
 
 def gone(pids, within=5.0):
     """True when none of ``pids`` is alive (zombies count as gone) within ``within`` s."""
+
     def alive(p):
         try:
             with open(f"/proc/{p}/stat") as f:
@@ -258,8 +265,9 @@ def test_local_pool_host_function_raising_on_a_worker_raises_in_the_script():
     errors = raised(proc.stdout)
     assert sorted(errors) == [0], proc.stdout  # only the script's process prints
     assert errors[0].startswith("RemoteRankError: replica "), errors
-    assert ("rank 1 failed: replica 3, op hlo.string_to_number, cluster '0': host computation raised "
-            "ValueError") in errors[0]
+    assert (
+        "rank 1 failed: replica 3, op hlo.string_to_number, cluster '0': host computation raised ValueError"
+    ) in errors[0]
     assert "(on rank 1 of 2)" in errors[0]
     assert "Traceback" in proc.stderr
 
@@ -301,8 +309,16 @@ DIGITS = ["--steps", "16", "--steps-per-run", "4", "--log-every", "8", "--min-ac
 @pytest.mark.parametrize("n", [2, 4, "pool"])
 def test_train_digits_on_ranks_gives_the_threads_weights(n, tmp_path, digits_threads):
     out = tmp_path / "w.npz"
-    argv = [os.path.join(ROOT, "examples", "train_digits.py"), *DIGITS, "--backend", "mpi",
-            "--save-weights", str(out), "--logdir", str(tmp_path / "logs")]
+    argv = [
+        os.path.join(ROOT, "examples", "train_digits.py"),
+        *DIGITS,
+        "--backend",
+        "mpi",
+        "--save-weights",
+        str(out),
+        "--logdir",
+        str(tmp_path / "logs"),
+    ]
     if n == "pool":  # plain `python train_digits.py` with a local pool of 2 processes
         n = 2
         proc, _ = pool(n, argv, XTPU_BACKEND="threads")
@@ -334,16 +350,18 @@ def test_mpi_communicator_directly_and_as_an_executables_communicator(n):
 
 
 def test_xtpu_run_failing_on_one_rank_exits_non_zero_on_every_rank(tmp_path):
-    import xtpu
     from mpi_failures import step
+
+    import xtpu
 
     (tmp_path / "m.mlir").write_text(xtpu.lower(step, [[np.float32(r)] for r in range(4)]).as_text())
     ins = []
     for r in range(4):
         np.save(tmp_path / f"x{r}.npy", np.float32(r + (0.5 if r == 3 else 0)))  # replica 3's host raises
         ins += ["-i", str(tmp_path / f"x{r}.npy")]
-    proc, elapsed = mpiexec(2, ["-m", "xtpu.tools.run", str(tmp_path / "m.mlir"), *ins, "--backend", "mpi"],
-                            XTPU_TIMEOUT=str(TIMEOUT))
+    proc, elapsed = mpiexec(
+        2, ["-m", "xtpu.tools.run", str(tmp_path / "m.mlir"), *ins, "--backend", "mpi"], XTPU_TIMEOUT=str(TIMEOUT)
+    )
     assert proc.returncode != 0 and elapsed < TIMEOUT + 30
     err = proc.stderr
     assert re.search(r"xtpu-run: replica 3, op hlo.string_to_number[^\n]*?\(on rank 1 of 2\)", err), err
@@ -364,5 +382,6 @@ def test_replica_owner_is_the_task_of_the_replicas_host_device(P, R):
     da = device_assignment(xtpu.Topology(mesh_shape=[R, 1, 1, 1], device_coordinates=coords), num_replicas=R)
     tasks = [int(da.host_device(r).split("/task:")[1].split("/")[0]) for r in range(R)]
     assert tasks == [replica_owner(r, R, P) for r in range(R)]
-    assert [da.lookup_replicas(t, 0) for t in range(P)] == [[r for r in range(R) if replica_owner(r, R, P) == t]
-                                                             for t in range(P)]
+    assert [da.lookup_replicas(t, 0) for t in range(P)] == [
+        [r for r in range(R) if replica_owner(r, R, P) == t] for t in range(P)
+    ]

@@ -17,8 +17,8 @@ Related ops are grouped into one traced function to keep tracing cheap.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -92,45 +92,97 @@ class Case:
 
 def _ops_float(x, y):
     return (
-        x + y, x - y, x * y, x / y, x ** 2, 2 ** y, -x, abs(x), x @ x.T,
-        1 - x, 3 / y, 2 * x, x + 1, 0.5 * x,
-        x < y, x <= y, x > y, x >= y, x == y, x != y, x > 0,
+        x + y,
+        x - y,
+        x * y,
+        x / y,
+        x**2,
+        2**y,
+        -x,
+        abs(x),
+        x @ x.T,
+        1 - x,
+        3 / y,
+        2 * x,
+        x + 1,
+        0.5 * x,
+        x < y,
+        x <= y,
+        x > y,
+        x >= y,
+        x == y,
+        x != y,
+        x > 0,
     )
 
 
 def _ops_float_ref(x, y):
     xf, yf = x.astype(F64), y.astype(F64)
     return (
-        np.add(x, y), np.subtract(x, y), np.multiply(x, y),
-        (xf / yf).astype(F32), np.multiply(x, x), np.exp2(y),
-        np.negative(x), np.abs(x), np.einsum("ik,jk->ij", xf, xf).astype(F32),
-        (1.0 - xf).astype(F32), (3.0 / yf).astype(F32), (2.0 * xf).astype(F32),
-        (xf + 1.0).astype(F32), (0.5 * xf).astype(F32),
-        xf < yf, xf <= yf, xf > yf, xf >= yf, xf == yf, xf != yf, xf > 0,
+        np.add(x, y),
+        np.subtract(x, y),
+        np.multiply(x, y),
+        (xf / yf).astype(F32),
+        np.multiply(x, x),
+        np.exp2(y),
+        np.negative(x),
+        np.abs(x),
+        np.einsum("ik,jk->ij", xf, xf).astype(F32),
+        (1.0 - xf).astype(F32),
+        (3.0 / yf).astype(F32),
+        (2.0 * xf).astype(F32),
+        (xf + 1.0).astype(F32),
+        (0.5 * xf).astype(F32),
+        xf < yf,
+        xf <= yf,
+        xf > yf,
+        xf >= yf,
+        xf == yf,
+        xf != yf,
+        xf > 0,
     )
 
 
 def _ops_int(x, y):
-    return (x + y, x - y, x * y, x / y, x ** 2, -x, abs(x), x @ x.T, 10 - x, 3 * x,
-            x < y, x == y, x != y, x >= y)
+    return (x + y, x - y, x * y, x / y, x**2, -x, abs(x), x @ x.T, 10 - x, 3 * x, x < y, x == y, x != y, x >= y)
 
 
 def _ops_int_ref(x, y):
     xl, yl = x.astype(I64), y.astype(I64)
     return (
-        (xl + yl).astype(I32), (xl - yl).astype(I32), (xl * yl).astype(I32),
+        (xl + yl).astype(I32),
+        (xl - yl).astype(I32),
+        (xl * yl).astype(I32),
         xl.astype(F64) / yl.astype(F64),  # tf.truediv: int32 / int32 -> float64
-        (xl * xl).astype(I32), (-xl).astype(I32), np.abs(xl).astype(I32),
-        np.einsum("ik,jk->ij", xl, xl).astype(I32), (10 - xl).astype(I32), (3 * xl).astype(I32),
-        xl < yl, xl == yl, xl != yl, xl >= yl,
+        (xl * xl).astype(I32),
+        (-xl).astype(I32),
+        np.abs(xl).astype(I32),
+        np.einsum("ik,jk->ij", xl, xl).astype(I32),
+        (10 - xl).astype(I32),
+        (3 * xl).astype(I32),
+        xl < yl,
+        xl == yl,
+        xl != yl,
+        xl >= yl,
     )
 
 
 def _slicing(x):
     return (
-        x[1], x[-1], x[1:3], x[:, ::2], x[..., 1], x[1, ..., 2:5],
-        x[::3, 1:4:2, -2], x[:, -3:], x[2:, :, ::4], x[1:100], x[:, 10:],
-        x.T, x[0].T, x[-2, 3, 4],
+        x[1],
+        x[-1],
+        x[1:3],
+        x[:, ::2],
+        x[..., 1],
+        x[1, ..., 2:5],
+        x[::3, 1:4:2, -2],
+        x[:, -3:],
+        x[2:, :, ::4],
+        x[1:100],
+        x[:, 10:],
+        x.T,
+        x[0].T,
+        x[-2, 3, 4],
     )
 
 
@@ -138,13 +190,19 @@ def _slicing_ref(x):
     # Spelled with np.take / explicit index lists, not with the same slices.
     take = np.take
     return (
-        take(x, 1, axis=0), take(x, 3, axis=0), take(x, [1, 2], axis=0),
-        take(x, [0, 2, 4], axis=1), take(x, 1, axis=2),
+        take(x, 1, axis=0),
+        take(x, 3, axis=0),
+        take(x, [1, 2], axis=0),
+        take(x, [0, 2, 4], axis=1),
+        take(x, 1, axis=2),
         take(take(x, 1, axis=0), [2, 3, 4], axis=1),
         take(take(take(x, [0, 3], axis=0), [1, 3], axis=1), 4, axis=2),
-        take(x, [2, 3, 4], axis=1), take(take(x, [2, 3], axis=0), [0, 4], axis=2),
-        take(x, [1, 2, 3], axis=0), np.zeros((4, 0, 6), F32),
-        np.transpose(x, (2, 1, 0)), np.transpose(take(x, 0, axis=0)),
+        take(x, [2, 3, 4], axis=1),
+        take(take(x, [2, 3], axis=0), [0, 4], axis=2),
+        take(x, [1, 2, 3], axis=0),
+        np.zeros((4, 0, 6), F32),
+        np.transpose(x, (2, 1, 0)),
+        np.transpose(take(x, 0, axis=0)),
         np.asarray(x.reshape(-1)[2 * 30 + 3 * 6 + 4]),
     )
 
@@ -163,15 +221,37 @@ _LEFT = np.array([[1.0, -2.0, 4.0]], F32)
 def _ops_numpy_left(x, s):
     """A captured numpy array or numpy scalar on the left of an operator must
     defer to the tensor (TF's Tensor sets __array_priority__ for this)."""
-    return (_LEFT + x, _LEFT - x, _LEFT * x, _LEFT / x, _LEFT > x, _LEFT == x, F32(2) * x, F32(1) - x,
-            _LEFT.T @ x[:1], x + s, s * x)
+    return (
+        _LEFT + x,
+        _LEFT - x,
+        _LEFT * x,
+        _LEFT / x,
+        _LEFT > x,
+        _LEFT == x,
+        F32(2) * x,
+        F32(1) - x,
+        _LEFT.T @ x[:1],
+        x + s,
+        s * x,
+    )
 
 
 def _ops_numpy_left_ref(x, s):
     a, b, c = _LEFT.astype(F64), x.astype(F64), s.astype(F64)
     f = lambda z: z.astype(F32)  # noqa: E731
-    return (f(a + b), f(a - b), f(a * b), f(a / b), a > b, a == b, f(2 * b), f(1 - b),
-            f(_mm_ref(a.T, b[:1])), f(b + c), f(c * b))
+    return (
+        f(a + b),
+        f(a - b),
+        f(a * b),
+        f(a / b),
+        a > b,
+        a == b,
+        f(2 * b),
+        f(1 - b),
+        f(_mm_ref(a.T, b[:1])),
+        f(b + c),
+        f(c * b),
+    )
 
 
 def _broadcast(x, col, row, s):
@@ -200,8 +280,7 @@ m = xtpu.math
 
 def _unary_float(x):
     p = m.add(m.abs(x), 1.0)
-    return (m.exp(x), m.tanh(x), m.negative(x), m.abs(x), m.log(p), m.sqrt(p),
-            m.sigmoid(x), xtpu.nn.sigmoid(x))
+    return (m.exp(x), m.tanh(x), m.negative(x), m.abs(x), m.log(p), m.sqrt(p), m.sigmoid(x), xtpu.nn.sigmoid(x))
 
 
 def _unary_float_ref(x):
@@ -221,24 +300,59 @@ def _sigmoid_wide_ref(x):
 
 def _binary_float(x, y):
     return (
-        m.add(x, y), m.subtract(x, y), m.multiply(x, y), m.divide(x, y), m.truediv(y, x + 10),
-        m.pow(m.abs(x), y), m.pow(x, 2), m.pow(2.0, y), m.maximum(x, y), m.minimum(x, y),
-        m.add(x, 2.5), m.multiply(0.5, x), m.maximum(x, 0.0), m.minimum(1, x), m.subtract(3, y),
+        m.add(x, y),
+        m.subtract(x, y),
+        m.multiply(x, y),
+        m.divide(x, y),
+        m.truediv(y, x + 10),
+        m.pow(m.abs(x), y),
+        m.pow(x, 2),
+        m.pow(2.0, y),
+        m.maximum(x, y),
+        m.minimum(x, y),
+        m.add(x, 2.5),
+        m.multiply(0.5, x),
+        m.maximum(x, 0.0),
+        m.minimum(1, x),
+        m.subtract(3, y),
     )
 
 
 def _binary_float_ref(x, y):
     a, b = x.astype(F64), y.astype(F64)
-    out = (a + b, a - b, a * b, a / b, b / (a + 10), np.abs(a) ** b, a ** 2, 2.0 ** b,
-           np.where(a > b, a, b), np.where(a < b, a, b),
-           a + 2.5, 0.5 * a, np.where(a > 0, a, 0.0), np.where(a < 1, a, 1.0), 3 - b)
+    out = (
+        a + b,
+        a - b,
+        a * b,
+        a / b,
+        b / (a + 10),
+        np.abs(a) ** b,
+        a**2,
+        2.0**b,
+        np.where(a > b, a, b),
+        np.where(a < b, a, b),
+        a + 2.5,
+        0.5 * a,
+        np.where(a > 0, a, 0.0),
+        np.where(a < 1, a, 1.0),
+        3 - b,
+    )
     return tuple(np.asarray(o).astype(F32) for o in out)
 
 
 def _binary_int(x, y):
     return (
-        m.add(x, y), m.subtract(x, y), m.multiply(x, y), m.divide(x, y), m.divide(x, 2),
-        m.pow(x, 2), m.pow(y, y), m.maximum(x, y), m.minimum(x, y), m.add(x, 7), m.subtract(1, x),
+        m.add(x, y),
+        m.subtract(x, y),
+        m.multiply(x, y),
+        m.divide(x, y),
+        m.divide(x, 2),
+        m.pow(x, 2),
+        m.pow(y, y),
+        m.maximum(x, y),
+        m.minimum(x, y),
+        m.add(x, 7),
+        m.subtract(1, x),
     )
 
 
@@ -246,9 +360,17 @@ def _binary_int_ref(x, y):
     a, b = x.astype(I64), y.astype(I64)
     i32 = lambda z: np.asarray(z).astype(I32)  # noqa: E731
     return (
-        i32(a + b), i32(a - b), i32(a * b), a.astype(F64) / b.astype(F64), a.astype(F64) / 2.0,
-        i32(a * a), i32([int(v) ** int(v) for v in b]), i32(np.where(a > b, a, b)), i32(np.where(a < b, a, b)),
-        i32(a + 7), i32(1 - a),
+        i32(a + b),
+        i32(a - b),
+        i32(a * b),
+        a.astype(F64) / b.astype(F64),
+        a.astype(F64) / 2.0,
+        i32(a * a),
+        i32([int(v) ** int(v) for v in b]),
+        i32(np.where(a > b, a, b)),
+        i32(np.where(a < b, a, b)),
+        i32(a + 7),
+        i32(1 - a),
     )
 
 
@@ -264,10 +386,21 @@ def _compare_logical(x, y, p, q):
     lt = m.less(x, y)
     eq = m.equal(x, y)
     return (
-        eq, m.not_equal(x, y), lt, m.less_equal(x, y), m.greater(x, y), m.greater_equal(x, y),
-        m.greater(x, 0), m.equal(2.0, x),
-        m.logical_and(lt, eq), m.logical_or(lt, eq), m.logical_not(lt),
-        m.logical_and(p, q), m.logical_or(p, q), m.logical_not(p), m.logical_and(p, True),
+        eq,
+        m.not_equal(x, y),
+        lt,
+        m.less_equal(x, y),
+        m.greater(x, y),
+        m.greater_equal(x, y),
+        m.greater(x, 0),
+        m.equal(2.0, x),
+        m.logical_and(lt, eq),
+        m.logical_or(lt, eq),
+        m.logical_not(lt),
+        m.logical_and(p, q),
+        m.logical_or(p, q),
+        m.logical_not(p),
+        m.logical_and(p, True),
     )
 
 
@@ -276,11 +409,21 @@ def _compare_logical_ref(x, y, p, q):
     lt = np.array([[u < v for u, v in zip(row, b)] for row in a])
     eq = np.array([[u == v for u, v in zip(row, b)] for row in a])
     return (
-        eq, ~eq, lt, lt | eq, ~(lt | eq), ~lt, a > 0, a == 2.0,
-        lt & eq, lt | eq, ~lt,
+        eq,
+        ~eq,
+        lt,
+        lt | eq,
+        ~(lt | eq),
+        ~lt,
+        a > 0,
+        a == 2.0,
+        lt & eq,
+        lt | eq,
+        ~lt,
         np.array([u and v for u, v in zip(p.ravel(), q.ravel())]).reshape(p.shape),
         np.array([u or v for u, v in zip(p.ravel(), q.ravel())]).reshape(p.shape),
-        np.array([not u for u in p.ravel()]).reshape(p.shape), p.copy(),
+        np.array([not u for u in p.ravel()]).reshape(p.shape),
+        p.copy(),
     )
 
 
@@ -310,7 +453,10 @@ def _reductions_float_ref(x):
     d = x.astype(F64)
     fns = [np.sum, np.mean, np.max, np.min]
     return tuple(
-        np.asarray(f(d, axis=_np_axes(ax, 3), keepdims=k)).astype(F32) for f in fns for ax in AXES for k in (False, True)
+        np.asarray(f(d, axis=_np_axes(ax, 3), keepdims=k)).astype(F32)
+        for f in fns
+        for ax in AXES
+        for k in (False, True)
     )
 
 
@@ -347,12 +493,18 @@ INT_MEAN_DATA = np.array([[-1, -2, -4, 3], [5, -7, 2, 0], [1, 1, 1, -9]], I32)
 def _matmul(a, b, c, p, q, ai, bi):
     mm = xtpu.matmul
     return (
-        mm(a, b), m.matmul(a, c, transpose_a=True), mm(c, b, transpose_b=True),
-        mm(a, a, transpose_b=True), mm(a, a, transpose_a=True),
+        mm(a, b),
+        m.matmul(a, c, transpose_a=True),
+        mm(c, b, transpose_b=True),
+        mm(a, a, transpose_b=True),
+        mm(a, a, transpose_a=True),
         mm(b, a, transpose_a=True, transpose_b=True),
-        mm(p, q), mm(p, p, transpose_b=True), mm(p, p, transpose_a=True),
+        mm(p, q),
+        mm(p, p, transpose_b=True),
+        mm(p, p, transpose_a=True),
         mm(q, p, transpose_a=True, transpose_b=True),
-        mm(ai, bi), mm(ai, ai, transpose_b=True),
+        mm(ai, bi),
+        mm(ai, ai, transpose_b=True),
     )
 
 
@@ -373,15 +525,31 @@ def _matmul_ref(a, b, c, p, q, ai, bi):
     f = lambda z: z.astype(F32)  # noqa: E731
     a, b, c, p, q = (z.astype(F64) for z in (a, b, c, p, q))
     return (
-        f(_mm_ref(a, b)), f(_mm_ref(T(a), c)), f(_mm_ref(c, T(b))), f(_mm_ref(a, T(a))), f(_mm_ref(T(a), a)),
-        f(_mm_ref(T(b), T(a))), f(_mm_ref(p, q)), f(_mm_ref(p, T(p))), f(_mm_ref(T(p), p)), f(_mm_ref(T(q), T(p))),
-        _mm_ref(ai.astype(I64), bi.astype(I64)).astype(I32), _mm_ref(ai.astype(I64), T(ai).astype(I64)).astype(I32),
+        f(_mm_ref(a, b)),
+        f(_mm_ref(T(a), c)),
+        f(_mm_ref(c, T(b))),
+        f(_mm_ref(a, T(a))),
+        f(_mm_ref(T(a), a)),
+        f(_mm_ref(T(b), T(a))),
+        f(_mm_ref(p, q)),
+        f(_mm_ref(p, T(p))),
+        f(_mm_ref(T(p), p)),
+        f(_mm_ref(T(q), T(p))),
+        _mm_ref(ai.astype(I64), bi.astype(I64)).astype(I32),
+        _mm_ref(ai.astype(I64), T(ai).astype(I64)).astype(I32),
     )
 
 
 def _argmax(x, y, i):
-    return (m.argmax(x), m.argmax(x, 1), m.argmax(x, axis=-1), m.argmax(x, 0, output_type=xtpu.int32),
-            m.argmax(y, axis=1), m.argmax(y, axis=-1), m.argmax(i, 1))
+    return (
+        m.argmax(x),
+        m.argmax(x, 1),
+        m.argmax(x, axis=-1),
+        m.argmax(x, 0, output_type=xtpu.int32),
+        m.argmax(y, axis=1),
+        m.argmax(y, axis=-1),
+        m.argmax(i, 1),
+    )
 
 
 def _first_max(v):
@@ -418,8 +586,17 @@ ARGMAX_I = [
 
 def _nn(x, i):
     nn = xtpu.nn
-    return (nn.relu(x), nn.relu(i), nn.sigmoid(x), nn.softmax(x), nn.softmax(x, axis=0), nn.softmax(x, -2),
-            nn.log_softmax(x), nn.log_softmax(x, axis=0), nn.log_softmax(x, axis=1))
+    return (
+        nn.relu(x),
+        nn.relu(i),
+        nn.sigmoid(x),
+        nn.softmax(x),
+        nn.softmax(x, axis=0),
+        nn.softmax(x, -2),
+        nn.log_softmax(x),
+        nn.log_softmax(x, axis=0),
+        nn.log_softmax(x, axis=1),
+    )
 
 
 def _softmax_ref(d, axis):
@@ -431,9 +608,15 @@ def _nn_ref(x, i):
     d = x.astype(F64)
     f = lambda z: z.astype(F32)  # noqa: E731
     return (
-        f(np.where(d > 0, d, 0.0)), np.where(i > 0, i, 0).astype(I32), f(1.0 / (1.0 + np.exp(-d))),
-        f(_softmax_ref(d, 1)), f(_softmax_ref(d, 0)), f(_softmax_ref(d, 0)),
-        f(np.log(_softmax_ref(d, 1))), f(np.log(_softmax_ref(d, 0))), f(np.log(_softmax_ref(d, 1))),
+        f(np.where(d > 0, d, 0.0)),
+        np.where(i > 0, i, 0).astype(I32),
+        f(1.0 / (1.0 + np.exp(-d))),
+        f(_softmax_ref(d, 1)),
+        f(_softmax_ref(d, 0)),
+        f(_softmax_ref(d, 0)),
+        f(np.log(_softmax_ref(d, 1))),
+        f(np.log(_softmax_ref(d, 0))),
+        f(np.log(_softmax_ref(d, 1))),
     )
 
 
@@ -444,9 +627,18 @@ def _nn_ref(x, i):
 
 def _shape_ops(x, y):
     return (
-        xtpu.reshape(x, [-1]), xtpu.reshape(x, [4, -1]), xtpu.reshape(x, [2, -1, 2]), xtpu.reshape(x, [24]),
-        xtpu.reshape(x, (3, 8)), xtpu.transpose(x), xtpu.transpose(x, [1, 0, 2]), xtpu.transpose(x, perm=[2, 0, 1]),
-        xtpu.concat([x, y], -1), xtpu.concat([x, y], axis=2), xtpu.concat([x, x], 0), xtpu.concat([x, x, x], -3),
+        xtpu.reshape(x, [-1]),
+        xtpu.reshape(x, [4, -1]),
+        xtpu.reshape(x, [2, -1, 2]),
+        xtpu.reshape(x, [24]),
+        xtpu.reshape(x, (3, 8)),
+        xtpu.transpose(x),
+        xtpu.transpose(x, [1, 0, 2]),
+        xtpu.transpose(x, perm=[2, 0, 1]),
+        xtpu.concat([x, y], -1),
+        xtpu.concat([x, y], axis=2),
+        xtpu.concat([x, x], 0),
+        xtpu.concat([x, x, x], -3),
         xtpu.concat([y, x, y], axis=-1),
     )
 
@@ -471,8 +663,21 @@ def _shape_ops_ref(x, y):
         moved = [np.moveaxis(z, axis, 0) for z in parts]
         return np.moveaxis(np.array([row for z in moved for row in z], F32), 0, axis)
 
-    return (rs(24), rs((4, 6)), rs((2, 6, 2)), rs(24), rs((3, 8)), perm(x, (2, 1, 0)), perm(x, (1, 0, 2)),
-            perm(x, (2, 0, 1)), cat([x, y], 2), cat([x, y], 2), cat([x, x], 0), cat([x, x, x], 0), cat([y, x, y], 2))
+    return (
+        rs(24),
+        rs((4, 6)),
+        rs((2, 6, 2)),
+        rs(24),
+        rs((3, 8)),
+        perm(x, (2, 1, 0)),
+        perm(x, (1, 0, 2)),
+        perm(x, (2, 0, 1)),
+        cat([x, y], 2),
+        cat([x, y], 2),
+        cat([x, x], 0),
+        cat([x, x, x], 0),
+        cat([y, x, y], 2),
+    )
 
 
 CAST_F = [
@@ -484,8 +689,17 @@ CAST_F = [
 def _cast(x, i, b):
     c = xtpu.cast
     return (
-        c(x, xtpu.int32), c(x, "int64"), c(x, xtpu.bool_), c(x, xtpu.float64), c(x, float), c(x, np.int32),
-        c(i, xtpu.float32), c(i, bool), c(i, xtpu.int64), c(b, xtpu.int32), c(b, xtpu.float32),
+        c(x, xtpu.int32),
+        c(x, "int64"),
+        c(x, xtpu.bool_),
+        c(x, xtpu.float64),
+        c(x, float),
+        c(x, np.int32),
+        c(i, xtpu.float32),
+        c(i, bool),
+        c(i, xtpu.int64),
+        c(b, xtpu.int32),
+        c(b, xtpu.float32),
         m.cast(i, int),
     )
 
@@ -493,10 +707,17 @@ def _cast(x, i, b):
 def _cast_ref(x, i, b):
     tr = [float(np.trunc(v)) for v in x]  # toward zero
     return (
-        np.array(tr).astype(I32), np.array(tr).astype(I64), np.array([v != 0 for v in x]),
-        x.astype(F64), x.copy(), np.array(tr).astype(I32),
-        np.array([float(v) for v in i], F32), np.array([v != 0 for v in i]), i.astype(I64),
-        np.array([1 if v else 0 for v in b], I32), np.array([1.0 if v else 0.0 for v in b], F32),
+        np.array(tr).astype(I32),
+        np.array(tr).astype(I64),
+        np.array([v != 0 for v in x]),
+        x.astype(F64),
+        x.copy(),
+        np.array(tr).astype(I32),
+        np.array([float(v) for v in i], F32),
+        np.array([v != 0 for v in i]),
+        i.astype(I64),
+        np.array([1 if v else 0 for v in b], I32),
+        np.array([1.0 if v else 0.0 for v in b], F32),
         i.copy(),
     )
 
@@ -504,9 +725,15 @@ def _cast_ref(x, i, b):
 def _one_hot(idx, idx2, idx64):
     oh = xtpu.one_hot
     return (
-        oh(idx, 3), oh(idx, 4, on_value=5.0, off_value=-1.0), oh(idx, 3, axis=0), oh(idx2, 4),
-        oh(idx2, 4, axis=0), oh(idx2, 4, axis=1), oh(idx2, 3, axis=-1, dtype=xtpu.int32),
-        oh(idx, 3, dtype=xtpu.bool_), oh(idx64, 5, on_value=7, off_value=2, dtype=xtpu.int64),
+        oh(idx, 3),
+        oh(idx, 4, on_value=5.0, off_value=-1.0),
+        oh(idx, 3, axis=0),
+        oh(idx2, 4),
+        oh(idx2, 4, axis=0),
+        oh(idx2, 4, axis=1),
+        oh(idx2, 3, axis=-1, dtype=xtpu.int32),
+        oh(idx, 3, dtype=xtpu.bool_),
+        oh(idx64, 5, on_value=7, off_value=2, dtype=xtpu.int64),
     )
 
 
@@ -522,9 +749,15 @@ def _one_hot_np(indices, depth, on=1, off=0, axis=-1, dtype=F32):
 
 def _one_hot_ref(idx, idx2, idx64):
     return (
-        _one_hot_np(idx, 3), _one_hot_np(idx, 4, 5.0, -1.0), _one_hot_np(idx, 3, axis=0), _one_hot_np(idx2, 4),
-        _one_hot_np(idx2, 4, axis=0), _one_hot_np(idx2, 4, axis=1), _one_hot_np(idx2, 3, dtype=I32),
-        _one_hot_np(idx, 3, True, False, dtype=bool), _one_hot_np(idx64, 5, 7, 2, dtype=I64),
+        _one_hot_np(idx, 3),
+        _one_hot_np(idx, 4, 5.0, -1.0),
+        _one_hot_np(idx, 3, axis=0),
+        _one_hot_np(idx2, 4),
+        _one_hot_np(idx2, 4, axis=0),
+        _one_hot_np(idx2, 4, axis=1),
+        _one_hot_np(idx2, 3, dtype=I32),
+        _one_hot_np(idx, 3, True, False, dtype=bool),
+        _one_hot_np(idx64, 5, 7, 2, dtype=I64),
     )
 
 
@@ -537,8 +770,13 @@ def test_one_hot_tf_documented_examples():
 
 @pytest.mark.parametrize(
     "kwargs,dtype",
-    [({}, F32), ({"on_value": 5, "off_value": 1}, I32), ({"on_value": 2.0}, F32),
-     ({"on_value": True, "off_value": False}, bool), ({"off_value": np.int64(-1)}, I64)],
+    [
+        ({}, F32),
+        ({"on_value": 5, "off_value": 1}, I32),
+        ({"on_value": 2.0}, F32),
+        ({"on_value": True, "off_value": False}, bool),
+        ({"off_value": np.int64(-1)}, I64),
+    ],
 )
 def test_one_hot_dtype_follows_on_off_values(kwargs, dtype):
     """tf.one_hot: without ``dtype``, the dtype is that of on_value/off_value
@@ -557,17 +795,32 @@ def test_constant_wrong_number_of_values_raises():
 def _constants(x):
     c = xtpu.constant
     return (
-        x + c(2.0, shape=[3]), c([1, 2, 3], dtype=xtpu.float32) * x, c(3.0), c(3), c(7, shape=[2, 2]),
-        c([1, 2, 3, 4], shape=[2, 2]), c(1.5, dtype=xtpu.float64), c([True, False]),
-        c(np.arange(3, dtype=F64)), c(2, dtype=xtpu.int64, shape=(2,)), c([[0.5, 1.5]], dtype="float32"),
+        x + c(2.0, shape=[3]),
+        c([1, 2, 3], dtype=xtpu.float32) * x,
+        c(3.0),
+        c(3),
+        c(7, shape=[2, 2]),
+        c([1, 2, 3, 4], shape=[2, 2]),
+        c(1.5, dtype=xtpu.float64),
+        c([True, False]),
+        c(np.arange(3, dtype=F64)),
+        c(2, dtype=xtpu.int64, shape=(2,)),
+        c([[0.5, 1.5]], dtype="float32"),
     )
 
 
 def _constants_ref(x):
     return (
-        (x.astype(F64) + 2.0).astype(F32), (np.array([1.0, 2.0, 3.0]) * x).astype(F32),
-        np.array(3.0, F32), np.array(3, I32), np.array([[7, 7], [7, 7]], I32), np.array([[1, 2], [3, 4]], I32),
-        np.array(1.5, F64), np.array([True, False]), np.array([0.0, 1.0, 2.0], F64), np.array([2, 2], I64),
+        (x.astype(F64) + 2.0).astype(F32),
+        (np.array([1.0, 2.0, 3.0]) * x).astype(F32),
+        np.array(3.0, F32),
+        np.array(3, I32),
+        np.array([[7, 7], [7, 7]], I32),
+        np.array([[1, 2], [3, 4]], I32),
+        np.array(1.5, F64),
+        np.array([True, False]),
+        np.array([0.0, 1.0, 2.0], F64),
+        np.array([2, 2], I64),
         np.array([[0.5, 1.5]], F32),
     )
 
@@ -575,15 +828,21 @@ def _constants_ref(x):
 def _to_number(x):
     tn = xtpu.strings.to_number
     return (
-        x + tn(["1", "2.5", "-3"]), tn(["12", "-7"], out_type=xtpu.int32), tn([["1e2", "0.5"]], out_type=xtpu.float64),
-        tn("42", out_type="int64"), tn(np.array(["-0.25", "3"])),
+        x + tn(["1", "2.5", "-3"]),
+        tn(["12", "-7"], out_type=xtpu.int32),
+        tn([["1e2", "0.5"]], out_type=xtpu.float64),
+        tn("42", out_type="int64"),
+        tn(np.array(["-0.25", "3"])),
     )
 
 
 def _to_number_ref(x):
     return (
-        (x.astype(F64) + np.array([1.0, 2.5, -3.0])).astype(F32), np.array([12, -7], I32),
-        np.array([[100.0, 0.5]], F64), np.array(42, I64), np.array([-0.25, 3.0], F32),
+        (x.astype(F64) + np.array([1.0, 2.5, -3.0])).astype(F32),
+        np.array([12, -7], I32),
+        np.array([[100.0, 0.5]], F64),
+        np.array(42, I64),
+        np.array([-0.25, 3.0], F32),
     )
 
 
@@ -593,56 +852,138 @@ def _to_number_ref(x):
 
 
 CASES = [
-    Case("operators_float", _ops_float, _ops_float_ref,
-         [(_ints((3, 4), seed=s), _ints((4,), 1, 5, seed=s + 10)) for s in (1, 2)]),
-    Case("operators_int", _ops_int, _ops_int_ref,
-         [(_ints((2, 3), seed=s, dtype=I32), _ints((3,), 1, 6, seed=s + 10, dtype=I32)) for s in (3, 4)]),
-    Case("operators_numpy_left", _ops_numpy_left, _ops_numpy_left_ref,
-         [(_ints((2, 3), 1, 5, seed=s), np.array(s - 3.0, F32)) for s in (50, 51)]),
-    Case("broadcast_size_one_and_scalar", _broadcast, _broadcast_ref,
-         [(_ints((3, 4), seed=s), _ints((3, 1), seed=s + 1), _ints((1, 4), seed=s + 2), np.array(s % 3, F32))
-          for s in (52, 53)]),
-    Case("slicing", _slicing, _slicing_ref,
-         [(np.arange(120, dtype=F32).reshape(4, 5, 6) * k,) for k in (1, -2)]),
-    Case("slicing_int", _ops_int_slicing, _ops_int_slicing_ref,
-         [(_ints((3, 3), seed=s, dtype=I32),) for s in (5, 6)]),
+    Case(
+        "operators_float",
+        _ops_float,
+        _ops_float_ref,
+        [(_ints((3, 4), seed=s), _ints((4,), 1, 5, seed=s + 10)) for s in (1, 2)],
+    ),
+    Case(
+        "operators_int",
+        _ops_int,
+        _ops_int_ref,
+        [(_ints((2, 3), seed=s, dtype=I32), _ints((3,), 1, 6, seed=s + 10, dtype=I32)) for s in (3, 4)],
+    ),
+    Case(
+        "operators_numpy_left",
+        _ops_numpy_left,
+        _ops_numpy_left_ref,
+        [(_ints((2, 3), 1, 5, seed=s), np.array(s - 3.0, F32)) for s in (50, 51)],
+    ),
+    Case(
+        "broadcast_size_one_and_scalar",
+        _broadcast,
+        _broadcast_ref,
+        [
+            (_ints((3, 4), seed=s), _ints((3, 1), seed=s + 1), _ints((1, 4), seed=s + 2), np.array(s % 3, F32))
+            for s in (52, 53)
+        ],
+    ),
+    Case("slicing", _slicing, _slicing_ref, [(np.arange(120, dtype=F32).reshape(4, 5, 6) * k,) for k in (1, -2)]),
+    Case("slicing_int", _ops_int_slicing, _ops_int_slicing_ref, [(_ints((3, 3), seed=s, dtype=I32),) for s in (5, 6)]),
     Case("unary_float", _unary_float, _unary_float_ref, [(_halves((2, 6), seed=s),) for s in (7, 8)]),
-    Case("sigmoid_wide_range", _sigmoid_wide, _sigmoid_wide_ref,
-         [(np.array([-20, -12, -8, -5, -3, -1, 0, 1, 5, 20], F32),),
-          (np.array([-30, -15, -9, -4, -2, -0.5, 0.5, 2, 8, 30], F32),)]),
-    Case("binary_float", _binary_float, _binary_float_ref,
-         [(_ints((3, 4), seed=s), _ints((4,), 1, 4, seed=s + 10)) for s in (9, 10)]),
-    Case("binary_int", _binary_int, _binary_int_ref,
-         [(_ints((3, 4), seed=s, dtype=I32), _ints((4,), 1, 5, seed=s + 10, dtype=I32)) for s in (11, 12)]),
-    Case("int64", _div_int64, _div_int64_ref,
-         [(_ints((5,), seed=s, dtype=I64), _ints((5,), 1, 9, seed=s + 1, dtype=I64)) for s in (13, 14)]),
-    Case("compare_logical", _compare_logical, _compare_logical_ref,
-         [(_ints((3, 4), -2, 3, seed=s), _ints((4,), -2, 3, seed=s + 10),
-           np.random.default_rng(s).random((2, 3)) > 0.5, np.random.default_rng(s + 1).random((2, 3)) > 0.5)
-          for s in (15, 16)]),
-    Case("compare_int", _compare_int, _compare_int_ref,
-         [(_ints((6,), -3, 4, seed=s, dtype=I32), _ints((6,), -3, 4, seed=s + 1, dtype=I32)) for s in (17, 18)]),
-    Case("reductions_float", _reductions_float, _reductions_float_ref,
-         [(_ints((2, 3, 4), seed=s),) for s in (19, 20)]),
-    Case("reductions_int", _reductions_int, _reductions_int_ref,
-         [(INT_MEAN_DATA,), (-INT_MEAN_DATA[:, ::-1].copy(),)]),
-    Case("matmul", _matmul, _matmul_ref,
-         [(_ints((3, 4), seed=s), _ints((4, 5), seed=s + 1), _ints((3, 5), seed=s + 2),
-           _ints((2, 3, 4), seed=s + 3), _ints((2, 4, 5), seed=s + 4),
-           _ints((2, 3), seed=s + 5, dtype=I32), _ints((3, 2), seed=s + 6, dtype=I32)) for s in (21, 31)]),
-    Case("argmax", _argmax, _argmax_ref,
-         [(ARGMAX_X[r], _ints((2, 3, 4), -1, 2, seed=40 + r), ARGMAX_I[r]) for r in (0, 1)]),
+    Case(
+        "sigmoid_wide_range",
+        _sigmoid_wide,
+        _sigmoid_wide_ref,
+        [
+            (np.array([-20, -12, -8, -5, -3, -1, 0, 1, 5, 20], F32),),
+            (np.array([-30, -15, -9, -4, -2, -0.5, 0.5, 2, 8, 30], F32),),
+        ],
+    ),
+    Case(
+        "binary_float",
+        _binary_float,
+        _binary_float_ref,
+        [(_ints((3, 4), seed=s), _ints((4,), 1, 4, seed=s + 10)) for s in (9, 10)],
+    ),
+    Case(
+        "binary_int",
+        _binary_int,
+        _binary_int_ref,
+        [(_ints((3, 4), seed=s, dtype=I32), _ints((4,), 1, 5, seed=s + 10, dtype=I32)) for s in (11, 12)],
+    ),
+    Case(
+        "int64",
+        _div_int64,
+        _div_int64_ref,
+        [(_ints((5,), seed=s, dtype=I64), _ints((5,), 1, 9, seed=s + 1, dtype=I64)) for s in (13, 14)],
+    ),
+    Case(
+        "compare_logical",
+        _compare_logical,
+        _compare_logical_ref,
+        [
+            (
+                _ints((3, 4), -2, 3, seed=s),
+                _ints((4,), -2, 3, seed=s + 10),
+                np.random.default_rng(s).random((2, 3)) > 0.5,
+                np.random.default_rng(s + 1).random((2, 3)) > 0.5,
+            )
+            for s in (15, 16)
+        ],
+    ),
+    Case(
+        "compare_int",
+        _compare_int,
+        _compare_int_ref,
+        [(_ints((6,), -3, 4, seed=s, dtype=I32), _ints((6,), -3, 4, seed=s + 1, dtype=I32)) for s in (17, 18)],
+    ),
+    Case("reductions_float", _reductions_float, _reductions_float_ref, [(_ints((2, 3, 4), seed=s),) for s in (19, 20)]),
+    Case("reductions_int", _reductions_int, _reductions_int_ref, [(INT_MEAN_DATA,), (-INT_MEAN_DATA[:, ::-1].copy(),)]),
+    Case(
+        "matmul",
+        _matmul,
+        _matmul_ref,
+        [
+            (
+                _ints((3, 4), seed=s),
+                _ints((4, 5), seed=s + 1),
+                _ints((3, 5), seed=s + 2),
+                _ints((2, 3, 4), seed=s + 3),
+                _ints((2, 4, 5), seed=s + 4),
+                _ints((2, 3), seed=s + 5, dtype=I32),
+                _ints((3, 2), seed=s + 6, dtype=I32),
+            )
+            for s in (21, 31)
+        ],
+    ),
+    Case(
+        "argmax",
+        _argmax,
+        _argmax_ref,
+        [(ARGMAX_X[r], _ints((2, 3, 4), -1, 2, seed=40 + r), ARGMAX_I[r]) for r in (0, 1)],
+    ),
     # log_softmax near 0 is log(sum) - max with sum rounded to float32: an
     # absolute error of a few float32 ulps of 1 is inherent (TF's too).
-    Case("nn", _nn, _nn_ref, [(_halves((3, 4), -4, 4, seed=s), _ints((3, 4), seed=s, dtype=I32)) for s in (41, 42)],
-         atol=3e-7),
-    Case("shape_ops", _shape_ops, _shape_ops_ref,
-         [(_ints((2, 3, 4), seed=s), _ints((2, 3, 2), seed=s + 1)) for s in (43, 44)]),
-    Case("cast", _cast, _cast_ref,
-         [(CAST_F[r], _ints((5,), seed=45 + r, dtype=I32), np.array([True, False, True, r == 1])) for r in (0, 1)]),
-    Case("one_hot", _one_hot, _one_hot_ref,
-         [(np.array([0, 2, 5, -1], I32), np.array([[1, 0, 3], [2, -1, 1]], I32), np.array([4, 0, 9], I64)),
-          (np.array([1, 1, 3, 0], I32), np.array([[4, 3, 2], [0, 1, -2]], I32), np.array([-5, 2, 5], I64))]),
+    Case(
+        "nn",
+        _nn,
+        _nn_ref,
+        [(_halves((3, 4), -4, 4, seed=s), _ints((3, 4), seed=s, dtype=I32)) for s in (41, 42)],
+        atol=3e-7,
+    ),
+    Case(
+        "shape_ops",
+        _shape_ops,
+        _shape_ops_ref,
+        [(_ints((2, 3, 4), seed=s), _ints((2, 3, 2), seed=s + 1)) for s in (43, 44)],
+    ),
+    Case(
+        "cast",
+        _cast,
+        _cast_ref,
+        [(CAST_F[r], _ints((5,), seed=45 + r, dtype=I32), np.array([True, False, True, r == 1])) for r in (0, 1)],
+    ),
+    Case(
+        "one_hot",
+        _one_hot,
+        _one_hot_ref,
+        [
+            (np.array([0, 2, 5, -1], I32), np.array([[1, 0, 3], [2, -1, 1]], I32), np.array([4, 0, 9], I64)),
+            (np.array([1, 1, 3, 0], I32), np.array([[4, 3, 2], [0, 1, -2]], I32), np.array([-5, 2, 5], I64)),
+        ],
+    ),
     Case("constant", _constants, _constants_ref, [(_ints((3,), seed=s),) for s in (46, 47)]),
     Case("to_number", _to_number, _to_number_ref, [(_ints((3,), seed=s),) for s in (48, 49)]),
 ]
@@ -702,7 +1043,15 @@ def test_compiled_dtypes():
 
     i, f = np.array([3, -4, 2], I32), np.array([1.0, 5.0, 5.0], F32)
     (out,) = xtpu.replicate(fn, [[i, f]])
-    want = (np.ones(3, F64), np.array(1, I64), np.array(0, I32), f + F32(1), i * 2, np.array(0.5, F32), np.array(2, I32))
+    want = (
+        np.ones(3, F64),
+        np.array(1, I64),
+        np.array(0, I32),
+        f + F32(1),
+        i * 2,
+        np.array(0.5, F32),
+        np.array(2, I32),
+    )
     for g, w in zip(out, want):
         assert_close(g, w)
 
@@ -762,7 +1111,7 @@ def test_strings_format_and_print_compiled(capsys):
     for n in (1, 2):
         outs = xtpu.replicate(_fmt_and_print, [[d] for d in data[:n]])
         got_lines = capsys.readouterr().out.splitlines()
-        expected = [line for r in range(n) for line in want_lines[2 * r: 2 * r + 2]]
+        expected = [line for r in range(n) for line in want_lines[2 * r : 2 * r + 2]]
         assert sorted(got_lines) == sorted(expected)
         for r in range(n):
             assert_same(outs[r][0], eager[r])
@@ -845,13 +1194,27 @@ def test_constant_float_value_with_int_dtype_raises():
 
 
 def _weak(i64, f64, f32, i32):
-    return i64 + 2, m.multiply(i64, 3), f64 + 1.5, m.maximum(f64, 0), f32 * 2, m.subtract(1, f32), i32 - 1, m.pow(i32, 2)
+    return (
+        i64 + 2,
+        m.multiply(i64, 3),
+        f64 + 1.5,
+        m.maximum(f64, 0),
+        f32 * 2,
+        m.subtract(1, f32),
+        i32 - 1,
+        m.pow(i32, 2),
+    )
 
 
 def _weak_ref(i64, f64, f32, i32):
     return (
-        (i64 + I64(2)).astype(I64), (i64 * I64(3)).astype(I64), f64 + 1.5, np.where(f64 > 0, f64, 0.0),
-        (f32.astype(F64) * 2).astype(F32), (1 - f32.astype(F64)).astype(F32), (i32 - I32(1)).astype(I32),
+        (i64 + I64(2)).astype(I64),
+        (i64 * I64(3)).astype(I64),
+        f64 + 1.5,
+        np.where(f64 > 0, f64, 0.0),
+        (f32.astype(F64) * 2).astype(F32),
+        (1 - f32.astype(F64)).astype(F32),
+        (i32 - I32(1)).astype(I32),
         (i32 * i32).astype(I32),
     )
 
@@ -873,19 +1236,39 @@ def test_python_scalars_adopt_tensor_dtype():
 
 
 def _f64_ops(x, y):
-    return (m.exp(x), m.reduce_mean(x), xtpu.matmul(y, y), xtpu.nn.softmax(x), m.sigmoid(x), x / 3, m.divide(x, x + 1),
-            xtpu.cast(m.argmax(x), xtpu.float64), xtpu.constant(np.array([0.1, 0.2])))
+    return (
+        m.exp(x),
+        m.reduce_mean(x),
+        xtpu.matmul(y, y),
+        xtpu.nn.softmax(x),
+        m.sigmoid(x),
+        x / 3,
+        m.divide(x, x + 1),
+        xtpu.cast(m.argmax(x), xtpu.float64),
+        xtpu.constant(np.array([0.1, 0.2])),
+    )
 
 
 def _f64_ops_ref(x, y):
     e = np.exp(x - x.max())
-    return (np.exp(x), np.asarray(np.sum(x) / x.size), _mm_ref(y, y), e / e.sum(), 1.0 / (1.0 + np.exp(-x)),
-            x / 3.0, x / (x + 1.0), np.asarray(float(_first_max(x))), np.array([0.1, 0.2]))
+    return (
+        np.exp(x),
+        np.asarray(np.sum(x) / x.size),
+        _mm_ref(y, y),
+        e / e.sum(),
+        1.0 / (1.0 + np.exp(-x)),
+        x / 3.0,
+        x / (x + 1.0),
+        np.asarray(float(_first_max(x))),
+        np.array([0.1, 0.2]),
+    )
 
 
 def test_float64_stays_float64():
-    data = [[np.array([0.1, 0.7, -1.3], F64), np.array([[0.1, 0.2], [0.3, 0.4]], F64)],
-            [np.array([2.0, -0.5, 0.25], F64), np.array([[1.5, -2.0], [0.5, 3.0]], F64)]]
+    data = [
+        [np.array([0.1, 0.7, -1.3], F64), np.array([[0.1, 0.2], [0.3, 0.4]], F64)],
+        [np.array([2.0, -0.5, 0.25], F64), np.array([[1.5, -2.0], [0.5, 3.0]], F64)],
+    ]
     for x, y in data:
         for k, (g, w) in enumerate(zip(_f64_ops(x, y), _f64_ops_ref(x, y))):
             g, w = np.asarray(g), np.asarray(w)

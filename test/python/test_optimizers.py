@@ -6,6 +6,7 @@ import logging
 
 import numpy as np
 import pytest
+
 import xtpu
 from xtpu import losses
 
@@ -105,7 +106,7 @@ class NpAdam:
             self.vhat = [np.zeros_like(w) for w in ws]
         self.t += 1
         t = f32(self.t)
-        lr_t = self.lr * np.sqrt(f32(1) - self.b2 ** t) / (f32(1) - self.b1 ** t)
+        lr_t = self.lr * np.sqrt(f32(1) - self.b2**t) / (f32(1) - self.b1**t)
         out = []
         for i, (w, g) in enumerate(zip(ws, gs)):
             self.m[i] = self.m[i] * self.b1 + g * (f32(1) - self.b1)
@@ -122,20 +123,32 @@ class NpAdam:
 TF1_CASES = {
     "gd": (lambda: xtpu.train.GradientDescentOptimizer(0.1), lambda: NpGD(0.1), []),
     "momentum": (lambda: xtpu.train.MomentumOptimizer(0.05, 0.9), lambda: NpMomentumTF1(0.05, 0.9), ["momentum"]),
-    "nesterov": (lambda: xtpu.train.MomentumOptimizer(0.05, 0.9, use_nesterov=True),
-                 lambda: NpMomentumTF1(0.05, 0.9, nesterov=True), ["momentum"]),
+    "nesterov": (
+        lambda: xtpu.train.MomentumOptimizer(0.05, 0.9, use_nesterov=True),
+        lambda: NpMomentumTF1(0.05, 0.9, nesterov=True),
+        ["momentum"],
+    ),
     "adam": (lambda: xtpu.train.AdamOptimizer(0.01), lambda: NpAdamTF1(0.01), ["m", "v"]),
-    "adam_hyper": (lambda: xtpu.train.AdamOptimizer(0.05, beta1=0.8, beta2=0.99, epsilon=1e-3),
-                   lambda: NpAdamTF1(0.05, 0.8, 0.99, 1e-3), ["m", "v"]),
+    "adam_hyper": (
+        lambda: xtpu.train.AdamOptimizer(0.05, beta1=0.8, beta2=0.99, epsilon=1e-3),
+        lambda: NpAdamTF1(0.05, 0.8, 0.99, 1e-3),
+        ["m", "v"],
+    ),
 }
 TF2_CASES = {
     "sgd": (lambda: xtpu.optimizers.SGD(0.1), lambda: NpSGD(0.1), []),
     "sgd_momentum": (lambda: xtpu.optimizers.SGD(0.05, momentum=0.9), lambda: NpSGD(0.05, 0.9), ["momentum"]),
-    "sgd_nesterov": (lambda: xtpu.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
-                     lambda: NpSGD(0.05, 0.9, True), ["momentum"]),
+    "sgd_nesterov": (
+        lambda: xtpu.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
+        lambda: NpSGD(0.05, 0.9, True),
+        ["momentum"],
+    ),
     "adam": (lambda: xtpu.optimizers.Adam(0.01), lambda: NpAdam(0.01), ["m", "v"]),
-    "adam_amsgrad": (lambda: xtpu.optimizers.Adam(0.02, beta_1=0.8, beta_2=0.95, epsilon=1e-4, amsgrad=True),
-                     lambda: NpAdam(0.02, 0.8, 0.95, 1e-4, amsgrad=True), ["m", "v", "vhat"]),
+    "adam_amsgrad": (
+        lambda: xtpu.optimizers.Adam(0.02, beta_1=0.8, beta_2=0.95, epsilon=1e-4, amsgrad=True),
+        lambda: NpAdam(0.02, 0.8, 0.95, 1e-4, amsgrad=True),
+        ["m", "v", "vhat"],
+    ),
 }
 
 W0 = np.random.default_rng(7).standard_normal((3, 2)).astype(f32)
@@ -146,9 +159,16 @@ def grad_sequence(steps, replicas=1, seed=0):
     """Arbitrary gradients: [step][replica] -> (gw, gb); they change sign and
     scale so that Adam's amsgrad max and the momentum matter."""
     rng = np.random.default_rng(seed)
-    return [[(rng.standard_normal((3, 2)).astype(f32) * f32(1 + s % 3),
-              rng.standard_normal(2).astype(f32) * f32(0.1 * (s + 1))) for _ in range(replicas)]
-            for s in range(steps)]
+    return [
+        [
+            (
+                rng.standard_normal((3, 2)).astype(f32) * f32(1 + s % 3),
+                rng.standard_normal(2).astype(f32) * f32(0.1 * (s + 1)),
+            )
+            for _ in range(replicas)
+        ]
+        for s in range(steps)
+    ]
 
 
 def close(a, b, tol=1e-6):
@@ -358,13 +378,14 @@ def _rules_in_run(make, make_ref, slots, n, tf2, steps_per_run=1):
     want = [W0.copy(), B0.copy()]
     seq = grad_sequence(4 * steps_per_run, n, seed=3)
     for k in range(4):
-        chunk = seq[k * steps_per_run:(k + 1) * steps_per_run]
+        chunk = seq[k * steps_per_run : (k + 1) * steps_per_run]
         if steps_per_run == 1:
             args = (xtpu.PerReplica([g[0] for g in chunk[0]]), xtpu.PerReplica([g[1] for g in chunk[0]]))
             outs = strategy.run(step, args=args)
         else:
-            data = [(np.concatenate([g[0][None] for g in st]), np.concatenate([g[1][None] for g in st]))
-                    for st in chunk]
+            data = [
+                (np.concatenate([g[0][None] for g in st]), np.concatenate([g[1][None] for g in st])) for st in chunk
+            ]
             it = iter(strategy.experimental_distribute_dataset(data))
             outs = strategy.run(lambda batch: step(batch[0][0], batch[1][0]), args=(it,))
         for st in chunk:
@@ -410,8 +431,13 @@ def test_update_rules_in_a_device_loop(tf2, case):
 
 STEPS = 5
 GLOBAL = 32
-BATCHES = [(np.random.default_rng(10 + s).standard_normal((GLOBAL, 3)).astype(f32),
-            np.random.default_rng(20 + s).standard_normal((GLOBAL, 2)).astype(f32)) for s in range(STEPS)]
+BATCHES = [
+    (
+        np.random.default_rng(10 + s).standard_normal((GLOBAL, 3)).astype(f32),
+        np.random.default_rng(20 + s).standard_normal((GLOBAL, 2)).astype(f32),
+    )
+    for s in range(STEPS)
+]
 
 
 @pytest.mark.parametrize("case", ["sgd_nesterov", "adam"])
@@ -562,8 +588,9 @@ def test_cross_shard_optimizer_group_assignment(reduction):
     strategy = xtpu.TPUStrategy(xtpu.TPUClusterResolver(num_cores=4), steps_per_run=3)
     with strategy.scope():
         w, b = xtpu.Variable(W0.copy(), name="w"), xtpu.Variable(B0.copy(), name="b")
-    opt = xtpu.tpu.CrossShardOptimizer(xtpu.train.MomentumOptimizer(0.05, 0.9), reduction=reduction,
-                                       group_assignment=groups)
+    opt = xtpu.tpu.CrossShardOptimizer(
+        xtpu.train.MomentumOptimizer(0.05, 0.9), reduction=reduction, group_assignment=groups
+    )
     local = GLOBAL // 4
     scale = 1 / local if reduction == losses.Reduction.MEAN else 1 / (2 * local)
 
@@ -575,7 +602,7 @@ def test_cross_shard_optimizer_group_assignment(reduction):
 
     it = iter(strategy.experimental_distribute_dataset(BATCHES[:3]))
     w_out, b_out = strategy.run(step, args=(it,))
-    for g, members in enumerate(groups):
+    for _g, members in enumerate(groups):
         # numpy: the group's half of each global batch
         rows = slice(members[0] * local, (members[-1] + 1) * local)
         want = np_train(NpMomentumTF1(0.05, 0.9), 3, [(x[rows], y[rows]) for x, y in BATCHES[:3]], 1 / (2 * local))
@@ -592,8 +619,9 @@ def test_cross_shard_optimizer_eager_warns_and_acts_as_one_shard(caplog):
     opt = xtpu.tpu.CrossShardOptimizer(xtpu.train.GradientDescentOptimizer(0.1))
     with caplog.at_level(logging.WARNING, logger="xtpu"):
         opt.minimize(lambda: xtpu_loss(X, Y, w, b, 1 / 32))
-    assert ("CrossShardOptimizer should be used within a tpu_shard_context, but got unset number_of_shards. "
-            "Assuming 1.") in caplog.text
+    assert (
+        "CrossShardOptimizer should be used within a tpu_shard_context, but got unset number_of_shards. Assuming 1."
+    ) in caplog.text
     want = np_train(NpGD(0.1), 1, [(X, Y)], 1 / 32)
     close(w.numpy(), want[0], 1e-6)
 
@@ -625,7 +653,9 @@ def test_cross_shard_compute_gradients_scales_the_loss_for_mean():
 def test_cross_shard_optimizer_errors():
     gd = xtpu.train.GradientDescentOptimizer(0.1)
     for bad in (losses.Reduction.NONE, losses.Reduction.SUM_OVER_BATCH_SIZE, "mean"):
-        with pytest.raises(ValueError, match=r"Argument `reduction` should be one of \('weighted_sum', 'weighted_mean'\)"):
+        with pytest.raises(
+            ValueError, match=r"Argument `reduction` should be one of \('weighted_sum', 'weighted_mean'\)"
+        ):
             xtpu.tpu.CrossShardOptimizer(gd, reduction=bad)
     with pytest.raises(TypeError, match="CrossShardOptimizer only works with tf.training.Optimizer and not Keras"):
         xtpu.tpu.CrossShardOptimizer(xtpu.optimizers.SGD(0.1))
@@ -648,12 +678,17 @@ def test_tf1_errors():
     opt = xtpu.train.GradientDescentOptimizer(0.1)
     with pytest.raises(ValueError, match="Must specify the optimizer name"):
         xtpu.train.GradientDescentOptimizer(0.1, name="")
-    with pytest.raises(RuntimeError, match="`loss` passed to Optimizer.compute_gradients should be a function when eager"):
+    with pytest.raises(
+        RuntimeError, match="`loss` passed to Optimizer.compute_gradients should be a function when eager"
+    ):
         opt.compute_gradients(np.float32(1.0))
     with pytest.raises(ValueError, match="No variables to optimize."):
         opt.compute_gradients(lambda: xtpu.constant(np.float32(1.0)))
-    with pytest.raises(ValueError, match="No gradients provided for any variable, check your graph for ops that do "
-                                         "not support gradients, between variables"):
+    with pytest.raises(
+        ValueError,
+        match="No gradients provided for any variable, check your graph for ops that do "
+        "not support gradients, between variables",
+    ):
         opt.minimize(lambda: xtpu.constant(np.float32(1.0)), var_list=[w])
     with pytest.raises(ValueError, match="No variables provided."):
         opt.apply_gradients([])
@@ -709,8 +744,11 @@ def test_apply_gradients_in_cross_replica_context():
         opt2 = xtpu.optimizers.SGD(0.1)
         with pytest.raises(RuntimeError, match="`apply_gradients\\(\\) cannot be called in cross-replica context"):
             opt2.apply_gradients([(np.ones((3, 2), f32), w)])
-        with pytest.raises(RuntimeError, match=r"Use `_distributed_apply\(\)` instead of `apply_gradients\(\)` in a "
-                                               "cross-replica context."):
+        with pytest.raises(
+            RuntimeError,
+            match=r"Use `_distributed_apply\(\)` instead of `apply_gradients\(\)` in a "
+            "cross-replica context.",
+        ):
             xtpu.train.GradientDescentOptimizer(0.1).apply_gradients([(np.ones((3, 2), f32), w)])
         # building (creating the slots) in the scope is fine
         xtpu.optimizers.Adam().build([w])
@@ -721,9 +759,13 @@ def test_apply_gradients_in_cross_replica_context():
 
 def test_optimizers_refuse_a_bare_replicate():
     w = xtpu.Variable(W0.copy(), name="w")
-    opts = [xtpu.optimizers.SGD(0.1), xtpu.train.GradientDescentOptimizer(0.1),
-            xtpu.tpu.CrossShardOptimizer(xtpu.train.GradientDescentOptimizer(0.1))]
+    opts = [
+        xtpu.optimizers.SGD(0.1),
+        xtpu.train.GradientDescentOptimizer(0.1),
+        xtpu.tpu.CrossShardOptimizer(xtpu.train.GradientDescentOptimizer(0.1)),
+    ]
     for opt in opts:
+
         def computation(x):
             with xtpu.GradientTape() as tape:
                 loss = xtpu.math.reduce_sum(w * x)
@@ -731,8 +773,11 @@ def test_optimizers_refuse_a_bare_replicate():
             opt.apply_gradients([(g, w)])
             return g
 
-        with pytest.raises(NotImplementedError, match="apply_gradients inside xtpu.replicate: xtpu.Variables are "
-                                                      "updated on the devices only by computations that strategy.run"):
+        with pytest.raises(
+            NotImplementedError,
+            match="apply_gradients inside xtpu.replicate: xtpu.Variables are "
+            "updated on the devices only by computations that strategy.run",
+        ):
             xtpu.replicate(computation, [[np.ones((3, 2), f32)]])
 
     def iterations(x):
@@ -750,8 +795,11 @@ def test_slot_variables_and_strategies():
         w1 = xtpu.Variable(W0.copy(), name="w1")
     host = xtpu.Variable(W0.copy(), name="host")
     with s2.scope():
-        with pytest.raises(ValueError, match=r"Trying to create optimizer slot variable under the scope for "
-                                             r"tf.distribute.Strategy \(TPUStrategy"):
+        with pytest.raises(
+            ValueError,
+            match=r"Trying to create optimizer slot variable under the scope for "
+            r"tf.distribute.Strategy \(TPUStrategy",
+        ):
             xtpu.optimizers.Adam().build([w1])
         with pytest.raises(ValueError, match="Trying to create optimizer slot variable under the scope"):
             xtpu.optimizers.SGD(momentum=0.5).build([host])
@@ -789,7 +837,11 @@ def test_variables_cannot_be_created_in_a_step():
 def test_losses_reduction():
     R = losses.Reduction
     assert (R.NONE, R.SUM, R.MEAN, R.SUM_OVER_BATCH_SIZE) == (
-        "none", "weighted_sum", "weighted_mean", "weighted_sum_over_batch_size")
+        "none",
+        "weighted_sum",
+        "weighted_mean",
+        "weighted_sum_over_batch_size",
+    )
     assert R.SUM_OVER_NONZERO_WEIGHTS == R.SUM_BY_NONZERO_WEIGHTS == "weighted_sum_by_nonzero_weights"
     assert set(R.all()) == {R.NONE, R.SUM, R.MEAN, R.SUM_OVER_BATCH_SIZE, R.SUM_BY_NONZERO_WEIGHTS}
     R.validate(R.MEAN)

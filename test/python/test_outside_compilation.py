@@ -219,8 +219,7 @@ def make_many(stream):
 @pytest.mark.parametrize("n", REPLICAS)
 def test_several_clusters_inputs_and_outputs(n, tmp_path):
     inputs = [
-        [np.arange(3, dtype=np.float32) + r, np.arange(4, dtype=np.int32).reshape(2, 2) * (r + 1)]
-        for r in range(n)
+        [np.arange(3, dtype=np.float32) + r, np.arange(4, dtype=np.int32).reshape(2, 2) * (r + 1)] for r in range(n)
     ]
     lines = compare(make_many, inputs, tmp_path)
     assert sum(line == "hello" for line in lines) == n

@@ -97,7 +97,9 @@ def no_string_on_the_device(module) -> None:
 
 def if_captured_string(x):
     s = xtpu.strings.format("{}", x)
-    return xtpu.cond(xtpu.math.greater(x, 0.0), lambda: xtpu.strings.to_number(s), lambda: xtpu.constant(np.float32(1.0)))
+    return xtpu.cond(
+        xtpu.math.greater(x, 0.0), lambda: xtpu.strings.to_number(s), lambda: xtpu.constant(np.float32(1.0))
+    )
 
 
 def if_captured_string_used_by_the_device(x):
@@ -120,7 +122,9 @@ def if_captured_string_input(s, x):
 
 
 def while_captured_string_input(s, x):
-    return xtpu.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, a * xtpu.strings.to_number(s)), (xtpu.constant(np.int32(0)), x))
+    return xtpu.while_loop(
+        lambda i, a: i < 2, lambda i, a: (i + 1, a * xtpu.strings.to_number(s)), (xtpu.constant(np.int32(0)), x)
+    )
 
 
 @pytest.mark.parametrize("n", REPLICAS)
@@ -147,7 +151,9 @@ def test_control_flow_capturing_a_string_moves_to_the_host_whole():
 
 
 def test_without_soft_placement_the_error_names_the_captured_string():
-    with pytest.raises(Exception, match=r"'hlo.if' op cannot run on the device .*its regions use a string value defined outside it"):
+    with pytest.raises(
+        Exception, match=r"'hlo.if' op cannot run on the device .*its regions use a string value defined outside it"
+    ):
         xtpu.replicate(
             if_captured_string_input,
             [s + x for s, x in zip(strings(1), floats(1))],
@@ -259,7 +265,9 @@ def test_the_loop_cluster_reads_the_host_value_on_every_iteration():
     to_host = [(k, m) for k, m in sent if k.endswith("_args")]
     loop_key = [k for k, _ in to_host if k != "host_compute_channel_0_args"]
     assert sorted(set(loop_key)) == ["host_compute_channel_1_args"]
-    assert sorted(to_host) == sorted([("host_compute_channel_0_args", 1)] * 2 + [("host_compute_channel_1_args", 0)] * 6)
+    assert sorted(to_host) == sorted(
+        [("host_compute_channel_0_args", 1)] * 2 + [("host_compute_channel_1_args", 0)] * 6
+    )
 
 
 # --------------------------------------------------------------------------
@@ -482,7 +490,9 @@ def test_an_empty_device_program_starts_no_worker(n, monkeypatch):
     assert not rep.body.block.args and not rep.outputs
     started = []
     real = executor.run_workers
-    monkeypatch.setattr(executor, "run_workers", lambda tasks, *a, **k: started.append(len(tasks)) or real(tasks, *a, **k))
+    monkeypatch.setattr(
+        executor, "run_workers", lambda tasks, *a, **k: started.append(len(tasks)) or real(tasks, *a, **k)
+    )
     got = c(floats(n))
     assert started == []
     assert [[float(v) for v in out] for out in got] == [[float(x), float(x)] for (x,) in floats(n)]

@@ -38,10 +38,16 @@ def spy_chunks(monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")  # the chunks' threads have numpy's default errstate
-@pytest.mark.parametrize("reduction, fn, dtype", [
-    ("add", np.add, np.float32), ("add", np.add, np.int32), ("mul", np.multiply, np.float64),
-    ("max", np.maximum, np.float32), ("min", np.minimum, np.float32),
-])
+@pytest.mark.parametrize(
+    "reduction, fn, dtype",
+    [
+        ("add", np.add, np.float32),
+        ("add", np.add, np.int32),
+        ("mul", np.multiply, np.float64),
+        ("max", np.maximum, np.float32),
+        ("min", np.minimum, np.float32),
+    ],
+)
 def test_a_split_reduction_is_the_left_fold_bit_for_bit(two_cores, monkeypatch, reduction, fn, dtype):
     seen = spy_chunks(monkeypatch)
     rng = np.random.default_rng(0)
@@ -92,7 +98,7 @@ def test_cross_replica_sum_of_large_operands_matches_numpy_in_every_mode(two_cor
         out = xtpu.replicate(lambda x: xtpu.cross_replica_sum(x), xs)
     finally:
         xtpu.config.threading.set_inter_op_parallelism_threads(0)
-    want = left_fold([x for x, in xs], np.add)
+    want = left_fold([x for (x,) in xs], np.add)
     for r in range(8):
         assert out[r][0].tobytes() == want.tobytes()
     assert 2 in seen
@@ -110,9 +116,16 @@ def _blocks_sum(inputs, groups, inter_op):
         xtpu.config.threading.set_inter_op_parallelism_threads(0)
 
 
-@pytest.mark.parametrize("R, groups", [
-    (8, None), (5, None), (5, [[3, 1, 0, 2, 4]]), (6, [[0, 1, 2], [3, 4, 5]]), (6, [[0, 2, 4], [1, 3, 5]]),
-])
+@pytest.mark.parametrize(
+    "R, groups",
+    [
+        (8, None),
+        (5, None),
+        (5, [[3, 1, 0, 2, 4]]),
+        (6, [[0, 1, 2], [3, 4, 5]]),
+        (6, [[0, 2, 4], [1, 3, 5]]),
+    ],
+)
 def test_blocks_sum_in_replica_order_bit_for_bit(R, groups):
     # Replicas in blocks of several per thread meet once per all-reduce;
     # each group's sum is still the left fold in replica order (whatever

@@ -16,8 +16,6 @@ from xdsl.passes import PassPipeline
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import DiagnosticException
 
-from xtpu.passes._common import is_string
-
 from xtpu.dialects import make_context
 from xtpu.dialects.ccl import AllReduceOp
 from xtpu.dialects.hlo import ConstantOp
@@ -36,12 +34,13 @@ from xtpu.passes import (
     ALL_PASSES,
     DEFAULT_PIPELINE,
     OPTIONAL_PASSES,
+    SPMD_PIPELINE,
     ExtractHeadTailOutsideCompilation,
     LowerCrossReplicaSum,
     MarkOutsideCompilation,
     OutlineOutsideCompilation,
-    SPMD_PIPELINE,
 )
+from xtpu.passes._common import is_string
 
 
 def parse(text: str, verify: bool = True) -> ModuleOp:
@@ -62,11 +61,7 @@ def ops_of(module, cls):
 
 
 def host_functions(module) -> dict[str, FuncOp]:
-    return {
-        f.attributes[CLUSTER_ATTR].data: f
-        for f in ops_of(module, FuncOp)
-        if CLUSTER_ATTR in f.attributes
-    }
+    return {f.attributes[CLUSTER_ATTR].data: f for f in ops_of(module, FuncOp) if CLUSTER_ATTR in f.attributes}
 
 
 def round_trip(module: ModuleOp) -> ModuleOp:

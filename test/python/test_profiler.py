@@ -68,13 +68,15 @@ def test_trace_has_a_span_per_plan_run_op_and_pass_and_a_track_per_thread(tmp_pa
         devices = [p for p in spans if p["cat"] == "plan" and p["name"] == f"device replica {r}"]
         assert names[h["tid"]] == f"xtpu-host-0-replica-{r}" or any(
             p["tid"] == h["tid"] and p["ts"] <= h["ts"] and h["ts"] + h["dur"] <= p["ts"] + p["dur"] + 1
-            for p in devices), (h, names[h["tid"]])
+            for p in devices
+        ), (h, names[h["tid"]])
 
 
 def test_errors_keep_their_op_under_the_profiler(tmp_path):
     def bad(x):
         return xtpu.outside_compilation(
-            lambda v: xtpu.strings.to_number(xtpu.strings.format("{}", v), out_type=xtpu.int32), x)
+            lambda v: xtpu.strings.to_number(xtpu.strings.format("{}", v), out_type=xtpu.int32), x
+        )
 
     with xtpu.profiler.trace(str(tmp_path)):
         with pytest.raises(HostComputeError, match=r"op hlo.string_to_number"):
@@ -96,8 +98,13 @@ def test_start_twice_and_stop_without_start_are_errors(tmp_path):
 
 def test_xtpu_profile_traces_a_whole_process(tmp_path):
     script = "import numpy as np, xtpu\nprint(xtpu.replicate(lambda x: x * 2.0, [[np.float32(3)]]))\n"
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=dict(os.environ, XTPU_PROFILE=str(tmp_path)), timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, XTPU_PROFILE=str(tmp_path)),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     events = load(tmp_path)
     assert any(e.get("name") == "hlo.multiply" for e in events)

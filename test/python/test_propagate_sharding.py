@@ -305,8 +305,11 @@ def test_sharding_of_before_the_pass_and_with_one_core():
     (rep,) = replicates(module)
     with pytest.raises(ValueError, match="run tpu-propagate-sharding first"):
         sharding_of(rep.body.block.args[0])
-    one = parse(LOOP.replace("num_cores_per_replica = 2 : i64", "num_cores_per_replica = 1 : i64").replace(
-        "#tpu.sharding<{devices=[2,1]<=[2]}>", "#tpu.sharding<{replicated}>"))
+    one = parse(
+        LOOP.replace("num_cores_per_replica = 2 : i64", "num_cores_per_replica = 1 : i64").replace(
+            "#tpu.sharding<{devices=[2,1]<=[2]}>", "#tpu.sharding<{replicated}>"
+        )
+    )
     before = module_text(one)
     propagate(one)
     assert module_text(one) == before  # one core: unchanged

@@ -36,10 +36,15 @@ def ref_words(key, counter, count):
 
 
 def test_philox_known_answers_of_random123():
-    cases = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-             ((M32,) * 4, (M32, M32), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-             ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-              (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
+    cases = [
+        ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+        ((M32,) * 4, (M32, M32), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+        (
+            (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+            (0xA4093822, 0x299F31D0),
+            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+        ),
+    ]
     for ctr, key, want in cases:
         assert tuple(int(v) for v in philox4x32_10(np.array([ctr], np.uint64), key)[0]) == want
         assert tuple(ref_philox(ctr, key)) == want
@@ -58,16 +63,31 @@ def _stateless_cases():
     w = ref_words(key, counter, 24)
     w2 = ref_words(key, counter, 12)
     return [
-        ("uniform_f32", lambda: xtpu.random.stateless_uniform([2, 3, 4], seed=list(SEED)),
-         _uniform32(w).reshape(2, 3, 4)),
-        ("uniform_range", lambda: xtpu.random.stateless_uniform([6], seed=np.array(SEED, np.int32), minval=-2.0, maxval=3.0),
-         _uniform32(w[:6]) * np.float32(5.0) + np.float32(-2.0)),
-        ("uniform_f64", lambda: xtpu.random.stateless_uniform([6], seed=list(SEED), dtype=xtpu.float64),
-         np.array([((w2[2 * i] << 20) | (w2[2 * i + 1] >> 12)) * 2.0**-52 for i in range(6)])),
-        ("uniform_int", lambda: xtpu.random.stateless_uniform([8], seed=list(SEED), minval=-3, maxval=7, dtype=xtpu.int32),
-         np.array([-3 + v % 10 for v in w[:8]], np.int32)),
-        ("normal_f32", lambda: xtpu.random.stateless_normal([5], seed=list(SEED), mean=1.0, stddev=2.0),
-         (ndtri(((np.array(w[:5]) >> 9) + 0.5) * 2.0**-23) * 2.0 + 1.0).astype(np.float32)),
+        (
+            "uniform_f32",
+            lambda: xtpu.random.stateless_uniform([2, 3, 4], seed=list(SEED)),
+            _uniform32(w).reshape(2, 3, 4),
+        ),
+        (
+            "uniform_range",
+            lambda: xtpu.random.stateless_uniform([6], seed=np.array(SEED, np.int32), minval=-2.0, maxval=3.0),
+            _uniform32(w[:6]) * np.float32(5.0) + np.float32(-2.0),
+        ),
+        (
+            "uniform_f64",
+            lambda: xtpu.random.stateless_uniform([6], seed=list(SEED), dtype=xtpu.float64),
+            np.array([((w2[2 * i] << 20) | (w2[2 * i + 1] >> 12)) * 2.0**-52 for i in range(6)]),
+        ),
+        (
+            "uniform_int",
+            lambda: xtpu.random.stateless_uniform([8], seed=list(SEED), minval=-3, maxval=7, dtype=xtpu.int32),
+            np.array([-3 + v % 10 for v in w[:8]], np.int32),
+        ),
+        (
+            "normal_f32",
+            lambda: xtpu.random.stateless_normal([5], seed=list(SEED), mean=1.0, stddev=2.0),
+            (ndtri(((np.array(w[:5]) >> 9) + 0.5) * 2.0**-23) * 2.0 + 1.0).astype(np.float32),
+        ),
     ]
 
 
@@ -124,7 +144,9 @@ def test_generator_advances_its_state_and_gives_each_replica_its_stream():
             out = draw()
             for r in range(n):
                 key = (99 + r * 0x9E3779B97F4A7C15) % 2**64
-                np.testing.assert_array_equal(out.values[r], _uniform32(ref_words(key, call, 4)), err_msg=f"replica {r}")
+                np.testing.assert_array_equal(
+                    out.values[r], _uniform32(ref_words(key, call, 4)), err_msg=f"replica {r}"
+                )
         assert list(gen.state.numpy()) == [99, 2, 0]  # one block per call, the same on every replica
 
 
@@ -150,16 +172,20 @@ def test_stateless_with_each_replicas_own_seed_equals_the_reference(n):
     seeds = [np.array([1000 + 7 * r - 4 * (r % 3) * 2**40, r - (r % 2) * 3], np.int64) for r in range(n)]
 
     def fn(seed):
-        return (xtpu.random.stateless_uniform([5], seed=seed),
-                xtpu.random.stateless_normal([3], seed=seed, mean=-1.0, stddev=0.5, dtype=xtpu.float64),
-                xtpu.random.stateless_uniform([4], seed=seed, minval=-50, maxval=50, dtype=xtpu.int64))
+        return (
+            xtpu.random.stateless_uniform([5], seed=seed),
+            xtpu.random.stateless_normal([3], seed=seed, mean=-1.0, stddev=0.5, dtype=xtpu.float64),
+            xtpu.random.stateless_uniform([4], seed=seed, minval=-50, maxval=50, dtype=xtpu.int64),
+        )
 
     outs = xtpu.replicate(fn, [[s] for s in seeds])
     for r, s in enumerate(seeds):
         key, counter = int(s[0]), int(s[1]) << 64
-        want = (_uniform32(ref_words(key, counter, 5)),
-                _ndtri32(ref_words(key, counter, 3)) * 0.5 - 1.0,
-                np.array([-50 + w % 100 for w in ref_words(key, counter, 4)], np.int64))
+        want = (
+            _uniform32(ref_words(key, counter, 5)),
+            _ndtri32(ref_words(key, counter, 3)) * 0.5 - 1.0,
+            np.array([-50 + w % 100 for w in ref_words(key, counter, 4)], np.int64),
+        )
         eager = fn(s)
         for j, (got, e, w) in enumerate(zip(outs[r], eager, want)):
             got, e = np.asarray(got), np.asarray(e)
@@ -191,8 +217,10 @@ def test_generator_normal_equals_the_reference_eagerly_and_on_each_replica(n):
         assert len(per_replica) == n
         for r, (z, u) in enumerate(per_replica):
             key = (7 + r * 0x9E3779B97F4A7C15) % 2**64  # the replica id folded into the key
-            np.testing.assert_allclose(z, _ndtri32(ref_words(key, 3 * call, 5)), rtol=0, atol=3e-7,
-                                       err_msg=f"replica {r} of {n}, call {call}")
-            np.testing.assert_array_equal(u, _uniform32(ref_words(key, 3 * call + 2, 2)),
-                                          err_msg=f"replica {r} of {n}, call {call}")
+            np.testing.assert_allclose(
+                z, _ndtri32(ref_words(key, 3 * call, 5)), rtol=0, atol=3e-7, err_msg=f"replica {r} of {n}, call {call}"
+            )
+            np.testing.assert_array_equal(
+                u, _uniform32(ref_words(key, 3 * call + 2, 2)), err_msg=f"replica {r} of {n}, call {call}"
+            )
     assert list(gen.state.numpy()) == [7, 6, 0]  # 2 + 1 blocks per call, alike on every replica

@@ -9,7 +9,6 @@ import pytest
 
 from xtpu.runtime.channels import ChannelClosed, ChannelTable
 from xtpu.runtime.communicator import (
-    MPICommunicator,
     ThreadCommunicator,
     normalize_replica_groups,
 )
@@ -19,6 +18,7 @@ from xtpu.runtime.errors import (
     RuntimeTimeoutError,
     XtpuRuntimeError,
 )
+from xtpu.runtime.mpi_communicator import MPICommunicator
 from xtpu.runtime.workers import (
     AbortSignal,
     default_timeout,
@@ -65,7 +65,9 @@ def member(groups, r):
 def test_error_str_names_replica_op_location():
     err = RuntimeTimeoutError(
         "timed out after 2.0 s waiting for replicas [5, 7] in group [0, 1]",
-        replica=3, op="ccl.all_reduce", location="train.py:41",
+        replica=3,
+        op="ccl.all_reduce",
+        location="train.py:41",
     )
     assert str(err) == (
         "replica 3, op ccl.all_reduce (at train.py:41): timed out after 2.0 s "
@@ -350,9 +352,7 @@ def test_channel_timeout_names_key_and_replica():
     with pytest.raises(RuntimeTimeoutError) as info:
         table.recv("host_compute_channel_0_retvals", 1)
     assert time.monotonic() - t0 < 1.3
-    assert str(info.value) == (
-        "no message on channel 'host_compute_channel_0_retvals' for replica 1 after 0.3 s"
-    )
+    assert str(info.value) == ("no message on channel 'host_compute_channel_0_retvals' for replica 1 after 0.3 s")
     assert info.value.replica == 1
     assert info.value.key == "host_compute_channel_0_retvals"
     # per-call timeout
@@ -394,7 +394,7 @@ def test_abort_wakes_channel_and_collective_waiters_promptly():
         t.join(2)
         assert not t.is_alive()
         assert box["elapsed"] < 1.0
-    for t, box in waiters[:3]:
+    for _t, box in waiters[:3]:
         assert isinstance(box["error"], Aborted) and box["error"].reason is boom
     # after an abort every new wait fails at once too
     with pytest.raises(Aborted):
@@ -477,8 +477,7 @@ def test_run_workers_wraps_first_error_and_wakes_blocked_tasks():
         raise ValueError("boom")
 
     tasks = [("device replica 0", failing)] + [
-        (f"device replica {r}", (lambda r=r: comm.all_reduce(r, np.ones(2), None)))
-        for r in (1, 2, 3)
+        (f"device replica {r}", (lambda r=r: comm.all_reduce(r, np.ones(2), None))) for r in (1, 2, 3)
     ]
     t0 = time.monotonic()
     with pytest.raises(XtpuRuntimeError, match=r"^device replica 0: ValueError: boom$") as info:
@@ -546,8 +545,14 @@ def test_run_workers_abandons_a_task_that_ignores_the_abort():
 
     start = time.monotonic()
     with pytest.raises(RuntimeTimeoutError, match="unfinished workers: 'a'") as info:
-        run_workers([("a", stuck), ("b", lambda: None), ("c", lambda: None)], sig,
-                    timeout=0.2, abort_grace=0.1, eager_threads=1, describe=describe)
+        run_workers(
+            [("a", stuck), ("b", lambda: None), ("c", lambda: None)],
+            sig,
+            timeout=0.2,
+            abort_grace=0.1,
+            eager_threads=1,
+            describe=describe,
+        )
     assert time.monotonic() - start < 1.0
     assert (info.value.replica, info.value.op) == (0, "stuck")
     sig.reset()

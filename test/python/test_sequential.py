@@ -98,7 +98,7 @@ def test_every_collective_equals_the_threads_bit_for_bit_and_numpy(mode):
     xs = [rng.standard_normal((4, 2)).astype(np.float32) for _ in range(4)]
     threads, seq = run_both(exe, xs, mode)
     assert_bitwise(threads, seq)
-    out = [seq[i * 4:(i + 1) * 4] for i in range(5)]  # per result, per replica
+    out = [seq[i * 4 : (i + 1) * 4] for i in range(5)]  # per result, per replica
     e = [np.exp(x) for x in xs]
     s = {0: e[0] + e[3], 3: e[0] + e[3], 2: e[1] + e[2], 1: e[1] + e[2]}  # ascending replica order
     for r in range(4):
@@ -119,7 +119,8 @@ def test_every_collective_equals_the_threads_bit_for_bit_and_numpy(mode):
 # benchmarks/jax_compare.py's MLP step: the loss and the all-reduced
 # hand-written gradient of w.
 _spec = importlib.util.spec_from_file_location(
-    "jax_compare", os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "jax_compare.py"))
+    "jax_compare", os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "jax_compare.py")
+)
 jax_compare = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(jax_compare)
 mlp_step = jax_compare.xtpu_mlp_step
@@ -150,7 +151,7 @@ def test_a_training_step_equals_the_threads_bit_for_bit_on_one_blas_thread(R, mo
             assert_bitwise(t, s)
     # numpy, one replica after the other
     g_total = 0
-    for (x, w, w2), (loss, g) in zip(inputs, seq):
+    for (x, w, w2), (loss, _g) in zip(inputs, seq):
         h = np.tanh(x @ w)
         np.testing.assert_allclose(loss, (h @ w2).mean(), rtol=1e-5)
         g_y = np.full(x.shape, 1.0 / x.size, np.float32)
@@ -197,6 +198,7 @@ def test_loops_and_branches_with_collectives_run_for_all_replicas_at_once(mode):
         def body(i, a):
             a = xtpu.cond(i < 1, lambda: xtpu.cross_replica_sum(a), lambda: a * 2.0)
             return i + 1, xtpu.cross_replica_sum(a * 0.5)
+
         return xtpu.while_loop(lambda i, a: i < 3, body, (0, v))[1]
 
     x = [[np.float32(r + 1)] for r in range(4)]
@@ -218,6 +220,7 @@ def test_replicas_that_leave_a_loop_with_collectives_at_different_times_run_a_th
     def step(v, n):
         def body(i, a):
             return i + 1, xtpu.cross_replica_sum(a, group_assignment=[[0, 1], [2, 3]])
+
         return xtpu.while_loop(lambda i, a: i < n, body, (0, v))[1]
 
     x = [[np.float32(r + 1), np.int32(2 if r < 2 else 4)] for r in range(4)]
@@ -241,8 +244,10 @@ def test_a_failing_kernel_names_the_same_replica_op_and_line_in_both_modes(mode,
     def failing(self, op, r, core=0):
         k = original(self, op, r, core)
         if op.name == "hlo.tanh" and r == 2:
+
             def boom(v):
                 raise FloatingPointError("overflow in replica 2's data")
+
             return boom
         return k
 
@@ -250,8 +255,7 @@ def test_a_failing_kernel_names_the_same_replica_op_and_line_in_both_modes(mode,
     errors = []
     for n in (4, 2, 1):
         mode(n)
-        exe.device_kernels = [exe.device_plan.kernels(lambda op, r=r: exe._device_kernel(op, r))
-                              for r in range(4)]
+        exe.device_kernels = [exe.device_plan.kernels(lambda op, r=r: exe._device_kernel(op, r)) for r in range(4)]
         exe._grouped = {}
         with pytest.raises(XtpuRuntimeError) as info:
             c(inputs)
@@ -311,12 +315,12 @@ def test_a_block_runs_each_segment_replica_after_replica():
         k = pure_kernel(op)
         return lambda *a: (calls.append((op.name, j)), k(*a))[1]
 
-    out = plan.run([tuple(x for x, in xs)], plan.kernels(factory))
+    out = plan.run([tuple(x for (x,) in xs)], plan.kernels(factory))
     assert plan.source.count("for j in range(3):") == 2
-    before = [(n, j) for n, j in calls[:calls.index(("ccl.all_reduce", "all"))]]
+    before = [(n, j) for n, j in calls[: calls.index(("ccl.all_reduce", "all"))]]
     assert [j for _, j in before] == sorted(j for _, j in before)  # replica after replica
     assert [n for n, j in before if j == 0] == [n for n, j in before if j == 2]
-    total = sum(np.tanh(x) * np.float32(2) for x, in xs)
+    total = sum(np.tanh(x) * np.float32(2) for (x,) in xs)
     for r in range(3):
         np.testing.assert_allclose(out[0][r], np.exp(total) + 1, rtol=1e-6)
         np.testing.assert_array_equal(out[0][r], c(xs)[r][0])

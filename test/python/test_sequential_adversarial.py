@@ -17,7 +17,6 @@ from xtpu.runtime import blas_budget
 from xtpu.runtime.errors import XtpuRuntimeError
 from xtpu.runtime.executor import Executable
 
-
 FALLBACKS = []  # the steps a sequential or blocks run handed to a thread per replica
 
 
@@ -103,8 +102,10 @@ def every_mode(c, inputs, widths=None, blocks=True, diverges=False):
 @pytest.mark.parametrize("R,w", [(3, 2), (5, 2), (7, 2), (8, 3)])
 def test_uneven_blocks_equal_the_threads_and_numpy(R, w):
     rng = np.random.default_rng(R)
-    inputs = [[rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)]
-              for _ in range(R)]
+    inputs = [
+        [rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)]
+        for _ in range(R)
+    ]
 
     def step(x, m):
         h = xtpu.math.tanh(x @ m)
@@ -147,15 +148,21 @@ def test_groups_and_pairs_that_span_blocks():
         np.testing.assert_array_equal(s, xs[min(r, partner[r])] + xs[max(r, partner[r])])
         grp = next(g_ for g_ in GROUPS if r in g_)
         i = grp.index(r)
-        np.testing.assert_array_equal(t, np.concatenate([xs[grp[0]][2 * i:2 * i + 2], xs[grp[1]][2 * i:2 * i + 2]]))
+        np.testing.assert_array_equal(t, np.concatenate([xs[grp[0]][2 * i : 2 * i + 2], xs[grp[1]][2 * i : 2 * i + 2]]))
         np.testing.assert_array_equal(p, xs[source[r]] if r in source else np.zeros_like(xs[r]))
         np.testing.assert_array_equal(g, np.concatenate(xs))
 
 
 def test_collectives_in_a_row_zero_size_operands_int_and_bool():
     R = 6
-    inputs = [[np.arange(6, dtype=np.int32).reshape(3, 2) * (r + 1), np.zeros((0, 3), np.float32),
-               np.array([r % 2 == 0, r % 3 == 0])] for r in range(R)]
+    inputs = [
+        [
+            np.arange(6, dtype=np.int32).reshape(3, 2) * (r + 1),
+            np.zeros((0, 3), np.float32),
+            np.array([r % 2 == 0, r % 3 == 0]),
+        ]
+        for r in range(R)
+    ]
 
     def step(i, z, b):
         a = xtpu.cross_replica_sum(i)
@@ -164,8 +171,9 @@ def test_collectives_in_a_row_zero_size_operands_int_and_bool():
         zs = xtpu.cross_replica_sum(z)
         zg = xtpu.collectives.all_gather(z, 1, R)
         zp = xtpu.collective_permute(z, [[0, 5], [5, 0], [2, 3]])
-        zt = xtpu.all_to_all(z, concat_dimension=0, split_dimension=1, split_count=3,
-                             group_assignment=[[0, 2, 4], [1, 3, 5]])
+        zt = xtpu.all_to_all(
+            z, concat_dimension=0, split_dimension=1, split_count=3, group_assignment=[[0, 2, 4], [1, 3, 5]]
+        )
         bp = xtpu.collective_permute(b, [[r, (r + 2) % R] for r in range(R)])
         bg = xtpu.collectives.all_gather(b, 0, R)
         return a, zs, zg, bp, bg, zp, zt
@@ -206,6 +214,7 @@ def test_loops_whose_replicas_diverge_after_k_trips_fall_back_in_every_mode():
         def body(i, a):
             a = xtpu.cond(a[0] > 0.0, lambda: a * 1.5, lambda: a - 1.0)
             return i + 1, xtpu.cross_replica_sum(a, group_assignment=[[0, 1], [2, 3], [4, 5]])
+
         return xtpu.while_loop(lambda i, a: i < n, body, (0, v))[1]
 
     inputs = [[np.full(2, r + 1, np.float32), np.int32(1 + r // 2)] for r in range(R)]
@@ -228,9 +237,11 @@ def test_nested_loops_and_branches_with_collectives():
 
         def body(i, a):
             a = xtpu.while_loop(lambda j, b: j < i, inner, (0, a))[1]
-            a = xtpu.cond(i % 2 == 0, lambda: xtpu.cross_replica_sum(a, group_assignment=[[0, 3], [1, 2]]),
-                          lambda: a + 1.0)
+            a = xtpu.cond(
+                i % 2 == 0, lambda: xtpu.cross_replica_sum(a, group_assignment=[[0, 3], [1, 2]]), lambda: a + 1.0
+            )
             return i + 1, a
+
         return xtpu.cond(v[0] > -100.0, lambda: xtpu.while_loop(lambda i, a: i < 3, body, (0, v))[1], lambda: v)
 
     inputs = [[np.array([r + 1.0, -r], np.float32)] for r in range(R)]
@@ -251,22 +262,26 @@ def failing_kernels(monkeypatch, exe, replica, error):
     def failing(self, op, r, core=0):
         k = original(self, op, r, core)
         if op.name == "hlo.tanh" and r == replica:
+
             def boom(v):
                 raise error
+
             return boom
         return k
 
     monkeypatch.setattr(Executable, "_device_kernel", failing)
-    exe.device_kernels = [exe.device_plan.kernels(lambda op, r=r: exe._device_kernel(op, r))
-                          for r in range(exe.num_replicas)]
+    exe.device_kernels = [
+        exe.device_plan.kernels(lambda op, r=r: exe._device_kernel(op, r)) for r in range(exe.num_replicas)
+    ]
     exe._grouped = {}
     return original
 
 
 def restore(monkeypatch, exe, original):
     monkeypatch.setattr(Executable, "_device_kernel", original)
-    exe.device_kernels = [exe.device_plan.kernels(lambda op, r=r: exe._device_kernel(op, r))
-                          for r in range(exe.num_replicas)]
+    exe.device_kernels = [
+        exe.device_plan.kernels(lambda op, r=r: exe._device_kernel(op, r)) for r in range(exe.num_replicas)
+    ]
     exe._grouped = {}
 
 
@@ -469,6 +484,7 @@ def test_a_loop_whose_replicas_diverge_into_a_collective_times_out_alike_in_ever
     def step(v, n):
         def body(i, a):
             return i + 1, xtpu.cross_replica_sum(a)
+
         return xtpu.while_loop(lambda i, a: i < n, body, (0, v))[1]
 
     inputs = [[np.float32(r), np.int32(1 + (r == 2))] for r in range(4)]
@@ -500,8 +516,9 @@ def test_collectives_in_a_loop_condition_and_branches_with_several_results():
             return xtpu.reduce_sum(xtpu.cross_replica_sum(a)) < 200.0  # every replica's decision alike
 
         def body(i, a, b):
-            a, b = xtpu.cond(i % 2 == 0, lambda: (xtpu.cross_replica_sum(a), b + 1),
-                             lambda: (a * 2.0, xtpu.cross_replica_sum(b)))
+            a, b = xtpu.cond(
+                i % 2 == 0, lambda: (xtpu.cross_replica_sum(a), b + 1), lambda: (a * 2.0, xtpu.cross_replica_sum(b))
+            )
             return i + 1, a, b
 
         return xtpu.while_loop(cond, body, (0, v, xtpu.cast(v, xtpu.int32)))[1:]
@@ -523,6 +540,7 @@ def test_a_kernel_failing_inside_a_loop_with_a_collective_names_its_replica_in_e
     def step(x):
         def body(i, v):
             return i + 1, xtpu.cross_replica_sum(xtpu.math.tanh(v))  # the failing line
+
         return xtpu.while_loop(lambda i, v: i < 2, body, (0, x))[1]
 
     c = xtpu.lower(step, R5).compile()
@@ -563,7 +581,9 @@ def test_a_collective_the_runtime_rejects_fails_alike_in_every_mode():
 
     from xtpu.dialects import make_context
 
-    module = Parser(make_context(), """
+    module = Parser(
+        make_context(),
+        """
 builtin.module {
   func.func @main(%a: tensor<2xf32>, %b: tensor<2xf32>, %c: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) {
     %r:3 = tpu.replicate([%a, %b, %c] as %x: tensor<2xf32>) {n = 3 : i64} {
@@ -573,7 +593,8 @@ builtin.module {
     func.return %r#0, %r#1, %r#2 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>
   }
 }
-""").parse_module()
+""",
+    ).parse_module()
     module.verify()
     exe = Executable(module, timeout=5)
     errors = []
@@ -593,7 +614,9 @@ def test_gather_and_scatter_over_groups_that_span_blocks_in_ir():
     R, G = 8, "dense<[[0, 5], [1, 4], [2, 7], [3, 6]]> : tensor<4x2xi64>"
     args = ", ".join(f"%a{r}: tensor<4x2xf32>" for r in range(R))
     types = lambda t: ", ".join([t] * R)  # noqa: E731
-    module = Parser(make_context(), f"""
+    module = Parser(
+        make_context(),
+        f"""
 builtin.module {{
   func.func @main({args}) -> ({types("tensor<8x2xf32>")}, {types("tensor<2x2xf32>")}, {types("tensor<4x2xf32>")}) {{
     %r:24 = tpu.replicate([{", ".join(f"%a{r}" for r in range(R))}] as %x: tensor<4x2xf32>) {{n = 8 : i64}} {{
@@ -605,7 +628,8 @@ builtin.module {{
     func.return {", ".join(f"%r#{i}" for i in range(3 * R))} : {types("tensor<8x2xf32>")}, {types("tensor<2x2xf32>")}, {types("tensor<4x2xf32>")}
   }}
 }}
-""").parse_module()
+""",
+    ).parse_module()
     module.verify()
     exe = Executable(module, timeout=5)
     rng = np.random.default_rng(8)
@@ -620,7 +644,7 @@ builtin.module {{
         lo, hi = group
         for i, r in enumerate(group):
             np.testing.assert_array_equal(want[r], np.concatenate([xs[lo], xs[hi]]))
-            np.testing.assert_array_equal(want[R + r], np.minimum(xs[lo], xs[hi])[2 * i:2 * i + 2])
+            np.testing.assert_array_equal(want[R + r], np.minimum(xs[lo], xs[hi])[2 * i : 2 * i + 2])
             np.testing.assert_array_equal(want[2 * R + r], np.maximum(xs[lo], xs[hi]))
 
 
@@ -654,8 +678,9 @@ def test_replica_context_all_gather_and_all_reduce_under_a_strategy_in_every_mod
     for w in (R, 1, 2, 3):
         set_threads(w)
         gathered, total = strategy.run(step, args=(xtpu.PerReplica(xs),))
-        runs[w] = [np.asarray(v) for v in strategy.experimental_local_results(gathered)] + \
-                  [np.asarray(v) for v in strategy.experimental_local_results(total)]
+        runs[w] = [np.asarray(v) for v in strategy.experimental_local_results(gathered)] + [
+            np.asarray(v) for v in strategy.experimental_local_results(total)
+        ]
     assert not FALLBACKS
     for w in (1, 2, 3):
         assert_bitwise(runs[w], runs[R])
@@ -689,8 +714,10 @@ def test_loops_without_collectives_run_per_replica_in_blocks_with_different_trip
 def test_read_only_broadcast_and_strided_inputs_in_every_mode():
     R = 5
     base = np.arange(24, dtype=np.float32).reshape(4, 6)
-    inputs = [[np.broadcast_to(np.float32(r), (4, 3)), base[:, ::2] * (r + 1), np.asfortranarray(base[:, :3])]
-              for r in range(R)]
+    inputs = [
+        [np.broadcast_to(np.float32(r), (4, 3)), base[:, ::2] * (r + 1), np.asfortranarray(base[:, :3])]
+        for r in range(R)
+    ]
 
     def step(a, b, f):
         s = xtpu.cross_replica_sum(a)
@@ -719,6 +746,7 @@ def test_the_rerun_of_a_diverged_step_gives_blas_the_threads_modes_threads(monke
     def step(v, n):
         def body(i, a):
             return i + 1, xtpu.cross_replica_sum(a, group_assignment=[[0, 1], [2, 3]])
+
         return xtpu.while_loop(lambda i, a: i < n, body, (0, v))[1]
 
     inputs = [[np.float32(r), np.int32(1 + r // 2)] for r in range(4)]

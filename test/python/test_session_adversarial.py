@@ -246,8 +246,15 @@ def test_folded_constants_give_the_unfolded_plans_bits(monkeypatch, inter_op, th
     folded = xtpu.lower(constant_heavy, inputs).compile()
     assert folded.executable.replica_execution[0] == mode
     names = folded_ops(folded.executable.device_plan)
-    assert {"hlo.divide", "hlo.broadcast_in_dim", "hlo.convert", "hlo.reshape", "hlo.dot_general",
-            "hlo.log", "hlo.select"} <= set(names), names
+    assert {
+        "hlo.divide",
+        "hlo.broadcast_in_dim",
+        "hlo.convert",
+        "hlo.reshape",
+        "hlo.dot_general",
+        "hlo.log",
+        "hlo.select",
+    } <= set(names), names
     no_fold(monkeypatch)
     plain = xtpu.lower(constant_heavy, inputs).compile()
     assert folded_ops(plain.executable.device_plan) == []
@@ -294,8 +301,15 @@ def test_folded_outputs_agree_on_both_paths_and_survive_a_caller_writing(monkeyp
     fast, slow = c(inputs), general(c, inputs)
     no_fold(monkeypatch)
     ref = xtpu.lower(fold_writes, inputs).compile()(inputs)
-    want = [[np.full((2, 3), 3, np.float32), inputs[r][0].copy(), np.full((2, 3), 2, np.float32),
-             np.ones((2, 3), np.float32)] for r in range(2)]
+    want = [
+        [
+            np.full((2, 3), 3, np.float32),
+            inputs[r][0].copy(),
+            np.full((2, 3), 2, np.float32),
+            np.ones((2, 3), np.float32),
+        ]
+        for r in range(2)
+    ]
     for r in range(2):
         for a, b, u, w in zip(fast[r], slow[r], ref[r], want[r]):
             np.testing.assert_array_equal(a, w)
@@ -323,9 +337,11 @@ def loop_and_cond(x):
         return i + 1, acc + xtpu.ones_like(acc) * step
 
     _, acc = xtpu.while_loop(lambda i, acc: i < 3, body, (xtpu.constant(np.int32(0)), x))
-    return xtpu.cond(xtpu.reduce_sum(x) > 0.0,
-                     lambda: acc * (xtpu.constant(np.float32(2.0)) + xtpu.constant(np.float32(1.0))),
-                     lambda: acc - xtpu.ones_like(acc) * 10.0)
+    return xtpu.cond(
+        xtpu.reduce_sum(x) > 0.0,
+        lambda: acc * (xtpu.constant(np.float32(2.0)) + xtpu.constant(np.float32(1.0))),
+        lambda: acc - xtpu.ones_like(acc) * 10.0,
+    )
 
 
 def region_folds(c):
@@ -430,7 +446,7 @@ def test_split_reductions_at_every_chunk_boundary_are_the_left_fold(tiny_split, 
                 if dtype is np.bool_:
                     values = [rng.integers(0, 2, shape).astype(bool) for _ in range(R)]
                 elif np.dtype(dtype).kind == "i":
-                    values = [rng.integers(-2**20, 2**20, shape).astype(dtype) for _ in range(R)]
+                    values = [rng.integers(-(2**20), 2**20, shape).astype(dtype) for _ in range(R)]
                 else:
                     values = [(rng.standard_normal(shape) * 300).astype(dtype) for _ in range(R)]
                 if np.dtype(dtype).kind == "f" and values[0].size > 2:
@@ -508,9 +524,9 @@ def test_two_executables_reducing_from_two_python_threads_at_once(small_split, i
     errors = on_threads(loop, 2)
     assert not errors, errors
     assert 3 in small_split
-    for k, (c, xs) in enumerate(progs):
-        want = left_fold([x for x, in xs], "add")
-        want_sq = left_fold([x * x for x, in xs], "add")
+    for k, (_c, xs) in enumerate(progs):
+        want = left_fold([x for (x,) in xs], "add")
+        want_sq = left_fold([x * x for (x,) in xs], "add")
         for outs in results[k]:
             for r in range(4):
                 assert outs[r][0].tobytes() == want.tobytes()
@@ -682,7 +698,7 @@ def test_participant_kernels_from_many_threads_at_once_are_built_once():
     got = [[] for _ in range(8)]
 
     def grab(i):
-        for p in list(range(5))[::(1 if i % 2 else -1)]:
+        for p in list(range(5))[:: (1 if i % 2 else -1)]:
             got[i].append(kernels[p])
 
     assert on_threads(grab, 8) == []

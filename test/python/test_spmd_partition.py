@@ -19,6 +19,7 @@ import pytest
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException
+
 from xtpu.dialects import ccl, hlo, make_context
 from xtpu.dialects.hlo_control import WhileOp
 from xtpu.dialects.sharding import Sharding
@@ -129,9 +130,7 @@ def _factory(r: int, c: int, R: int, C: int, comm, partitioned: bool):
             if isinstance(op, ccl.AllGatherOp):
                 return lambda x: comm.all_gather(me, np.asarray(x), groups, p["all_gather_dim"])
             if isinstance(op, ccl.AllToAllOp):
-                return lambda x: comm.all_to_all(
-                    me, np.asarray(x), groups, p["split_dimension"], p["concat_dimension"]
-                )
+                return lambda x: comm.all_to_all(me, np.asarray(x), groups, p["split_dimension"], p["concat_dimension"])
             if isinstance(op, ccl.ReduceScatterOp):
                 return lambda x: comm.reduce_scatter(
                     me, np.asarray(x), groups, p["scatter_dimension"], p["computation"]
@@ -207,7 +206,7 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[list[np.ndarray]]:
     rep = replicate_of(module)
     rng = np.random.default_rng(seed)
     out = []
-    for r in range(rep.num_replicas):
+    for _r in range(rep.num_replicas):
         row = []
         for a in rep.body.block.args:
             spec = TensorSpec.of_type(a.type)
@@ -353,8 +352,13 @@ def test_elementwise_ops(C, R):
     %k = hlo.constant dense<true> : tensor<i1>
     %z = hlo.select %k, %q, %a {S(want)} : (tensor<i1>, {t}, {t}) -> {t}"""
         check(
-            module_text(R, C, [("a", t, a_sh), ("b", t, b_sh)], body,
-                        [("%i", "tensor<8x16xi64>", want), ("%z", t, a_sh), ("%p", b, b_sh)])
+            module_text(
+                R,
+                C,
+                [("a", t, a_sh), ("b", t, b_sh)],
+                body,
+                [("%i", "tensor<8x16xi64>", want), ("%z", t, a_sh), ("%p", b, b_sh)],
+            )
         )
 
 
@@ -384,16 +388,34 @@ def test_broadcast_in_dim(C):
     %o = hlo.broadcast_in_dim %w, dims = [0, 1] {S(want)} : (tensor<1x16xi32>) -> tensor<8x16xi32>"""
         v_sh = {2: "{devices=[2]0,1}", 4: "{devices=[4]0,1,2,3}", 8: "{devices=[8]<=[8]}"}[C]
         check(
-            module_text(1, C, [("v", "tensor<8xi32>", v_sh), ("w", "tensor<1x16xi32>", "{replicated}")], body,
-                        [("%b", "tensor<8x16xi32>", want), ("%c", "tensor<16x8xi32>", "{replicated}"),
-                         ("%d", "tensor<8x16xi32>", want), ("%o", "tensor<8x16xi32>", RANK2[C][0])])
+            module_text(
+                1,
+                C,
+                [("v", "tensor<8xi32>", v_sh), ("w", "tensor<1x16xi32>", "{replicated}")],
+                body,
+                [
+                    ("%b", "tensor<8x16xi32>", want),
+                    ("%c", "tensor<16x8xi32>", "{replicated}"),
+                    ("%d", "tensor<8x16xi32>", want),
+                    ("%o", "tensor<8x16xi32>", RANK2[C][0]),
+                ],
+            )
         )
 
 
 def test_broadcast_of_a_tiled_operand_is_local():
-    body = f"    %b = hlo.broadcast_in_dim %v, dims = [0] {S('{devices=[4,2]<=[8]}')} : (tensor<8xf32>) -> tensor<8x6xf32>"
-    m = check(module_text(1, 8, [("v", "tensor<8xf32>", "{devices=[4,2]<=[8] last_tile_dim_replicate}")], body,
-                          [("%b", "tensor<8x6xf32>", "{devices=[4,2]<=[8]}")]))
+    body = (
+        f"    %b = hlo.broadcast_in_dim %v, dims = [0] {S('{devices=[4,2]<=[8]}')} : (tensor<8xf32>) -> tensor<8x6xf32>"
+    )
+    m = check(
+        module_text(
+            1,
+            8,
+            [("v", "tensor<8xf32>", "{devices=[4,2]<=[8] last_tile_dim_replicate}")],
+            body,
+            [("%b", "tensor<8x6xf32>", "{devices=[4,2]<=[8]}")],
+        )
+    )
     assert not ops(m, ccl.CollectiveOp) and not data_slices(m)
     (b,) = ops(m, hlo.BroadcastInDimOp)
     assert str(b.result.type) == "tensor<2x3xf32>"
@@ -408,25 +430,58 @@ def test_transpose(C):
 
 def test_transpose_of_tiles_is_local():
     body = f"    %t = hlo.transpose %x, dims = [1, 0] {S('{devices=[4,2]0,4,1,5,2,6,3,7}')} : (tensor<8x16xi32>) -> tensor<16x8xi32>"
-    m = check(module_text(1, 8, [("x", "tensor<8x16xi32>", "{devices=[2,4]<=[8]}")], body,
-                          [("%t", "tensor<16x8xi32>", "{devices=[4,2]0,4,1,5,2,6,3,7}")]))
+    m = check(
+        module_text(
+            1,
+            8,
+            [("x", "tensor<8x16xi32>", "{devices=[2,4]<=[8]}")],
+            body,
+            [("%t", "tensor<16x8xi32>", "{devices=[4,2]0,4,1,5,2,6,3,7}")],
+        )
+    )
     assert not ops(m, ccl.CollectiveOp)
 
 
 RESHAPES = [
     # (operand shape, result shape, operand shardings to try, result shardings)
-    ((8, 16), (8, 4, 4), {2: ["{devices=[2,1]0,1}", "{devices=[1,2]0,1}"],
-                          4: ["{devices=[2,2]0,1,2,3}", "{devices=[1,4]0,1,2,3}"],
-                          8: ["{devices=[2,4]<=[8]}", "{devices=[1,8]<=[8]}"]},
-     {2: ["{devices=[2,1,1]0,1}", "{devices=[1,2,1]0,1}", "{devices=[1,1,2]0,1}", "{replicated}"],
-      4: ["{devices=[2,2,1]0,1,2,3}", "{devices=[1,4,1]0,1,2,3}", "{devices=[1,2,2]0,1,2,3}", "{devices=[1,1,4]0,1,2,3}"],
-      8: ["{devices=[2,4,1]<=[8]}", "{devices=[1,4,2]<=[8]}", "{devices=[2,2,2]<=[8]}", "{devices=[1,1,4,2]<=[8] last_tile_dim_replicate}"]}),
-    ((4, 6, 8), (24, 8), {2: ["{devices=[2,1,1]0,1}", "{devices=[1,2,1]0,1}"],
-                          4: ["{devices=[2,2,1]0,1,2,3}", "{devices=[4,1,1]0,1,2,3}"],
-                          8: ["{devices=[4,2,1]<=[8]}", "{devices=[2,1,4]<=[8]}"]},
-     {2: ["{devices=[2,1]0,1}", "{devices=[1,2]0,1}"],
-      4: ["{devices=[4,1]0,1,2,3}", "{devices=[2,2]0,1,2,3}", "{devices=[1,4]0,1,2,3}"],
-      8: ["{devices=[8,1]<=[8]}", "{devices=[4,2]<=[8]}", "{devices=[2,4]<=[8]}", "{devices=[8,1]<=[2,4]T(1,0)}"]}),
+    (
+        (8, 16),
+        (8, 4, 4),
+        {
+            2: ["{devices=[2,1]0,1}", "{devices=[1,2]0,1}"],
+            4: ["{devices=[2,2]0,1,2,3}", "{devices=[1,4]0,1,2,3}"],
+            8: ["{devices=[2,4]<=[8]}", "{devices=[1,8]<=[8]}"],
+        },
+        {
+            2: ["{devices=[2,1,1]0,1}", "{devices=[1,2,1]0,1}", "{devices=[1,1,2]0,1}", "{replicated}"],
+            4: [
+                "{devices=[2,2,1]0,1,2,3}",
+                "{devices=[1,4,1]0,1,2,3}",
+                "{devices=[1,2,2]0,1,2,3}",
+                "{devices=[1,1,4]0,1,2,3}",
+            ],
+            8: [
+                "{devices=[2,4,1]<=[8]}",
+                "{devices=[1,4,2]<=[8]}",
+                "{devices=[2,2,2]<=[8]}",
+                "{devices=[1,1,4,2]<=[8] last_tile_dim_replicate}",
+            ],
+        },
+    ),
+    (
+        (4, 6, 8),
+        (24, 8),
+        {
+            2: ["{devices=[2,1,1]0,1}", "{devices=[1,2,1]0,1}"],
+            4: ["{devices=[2,2,1]0,1,2,3}", "{devices=[4,1,1]0,1,2,3}"],
+            8: ["{devices=[4,2,1]<=[8]}", "{devices=[2,1,4]<=[8]}"],
+        },
+        {
+            2: ["{devices=[2,1]0,1}", "{devices=[1,2]0,1}"],
+            4: ["{devices=[4,1]0,1,2,3}", "{devices=[2,2]0,1,2,3}", "{devices=[1,4]0,1,2,3}"],
+            8: ["{devices=[8,1]<=[8]}", "{devices=[4,2]<=[8]}", "{devices=[2,4]<=[8]}", "{devices=[8,1]<=[2,4]T(1,0)}"],
+        },
+    ),
 ]
 
 
@@ -443,8 +498,15 @@ def test_reshape(C, case):
 
 def test_reshape_of_contiguous_tiles_is_local():
     body = f"    %y = hlo.reshape %x {S('{devices=[4,1]0,1,2,3}')} : (tensor<4x6x8xf32>) -> tensor<24x8xf32>"
-    m = check(module_text(1, 4, [("x", "tensor<4x6x8xf32>", "{devices=[4,1,1]0,1,2,3}")], body,
-                          [("%y", "tensor<24x8xf32>", "{devices=[4,1]0,1,2,3}")]))
+    m = check(
+        module_text(
+            1,
+            4,
+            [("x", "tensor<4x6x8xf32>", "{devices=[4,1,1]0,1,2,3}")],
+            body,
+            [("%y", "tensor<24x8xf32>", "{devices=[4,1]0,1,2,3}")],
+        )
+    )
     assert not ops(m, ccl.CollectiveOp)
     (r,) = ops(m, hlo.ReshapeOp)[-1:]
     assert str(r.result.type) == "tensor<6x8xf32>"
@@ -453,8 +515,15 @@ def test_reshape_of_contiguous_tiles_is_local():
 def test_reshape_of_non_contiguous_tiles_gathers():
     # [32] in 4 tiles as [4, 8] tiled [1, 4]: not contiguous chunks
     body = f"    %y = hlo.reshape %x {S('{devices=[1,4]0,1,2,3}')} : (tensor<32xi32>) -> tensor<4x8xi32>"
-    m = check(module_text(1, 4, [("x", "tensor<32xi32>", "{devices=[4]0,1,2,3}")], body,
-                          [("%y", "tensor<4x8xi32>", "{devices=[1,4]0,1,2,3}")]))
+    m = check(
+        module_text(
+            1,
+            4,
+            [("x", "tensor<32xi32>", "{devices=[4]0,1,2,3}")],
+            body,
+            [("%y", "tensor<4x8xi32>", "{devices=[1,4]0,1,2,3}")],
+        )
+    )
     assert ops(m, ccl.AllGatherOp)
 
 
@@ -473,16 +542,32 @@ DOTS = {
         ("{maximal device=1}", "{devices=[2,1]0,1}", "{maximal device=0}"),
     ],
     4: [
-        ("{devices=[2,2]0,1,2,3}", "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}", "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"),
+        (
+            "{devices=[2,2]0,1,2,3}",
+            "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}",
+            "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}",
+        ),
         ("{devices=[1,4]0,1,2,3}", "{devices=[4,1]0,1,2,3}", "{replicated}"),
         ("{devices=[2,2]0,1,2,3}", "{devices=[2,2]0,1,2,3}", "{devices=[2,2]0,1,2,3}"),
-        ("{devices=[1,2,2]0,1,2,3 last_tile_dim_replicate}", "{devices=[2,2]0,2,1,3}", "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}"),
+        (
+            "{devices=[1,2,2]0,1,2,3 last_tile_dim_replicate}",
+            "{devices=[2,2]0,2,1,3}",
+            "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}",
+        ),
         ("{devices=[4,1]0,1,2,3}", "{devices=[1,4]0,1,2,3}", "{devices=[2,2]0,1,2,3}"),
     ],
     8: [
-        ("{devices=[2,4]<=[8]}", "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"),
+        (
+            "{devices=[2,4]<=[8]}",
+            "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}",
+            "{devices=[2,1,4]<=[8] last_tile_dim_replicate}",
+        ),
         ("{devices=[1,8]<=[8]}", "{devices=[8,1]<=[8]}", "{replicated}"),
-        ("{devices=[2,2,2]<=[8] last_tile_dim_replicate}", "{devices=[2,2,2]<=[8] last_tile_dim_replicate}", "{devices=[2,2,2]<=[8] last_tile_dim_replicate}"),
+        (
+            "{devices=[2,2,2]<=[8] last_tile_dim_replicate}",
+            "{devices=[2,2,2]<=[8] last_tile_dim_replicate}",
+            "{devices=[2,2,2]<=[8] last_tile_dim_replicate}",
+        ),
         ("{devices=[4,2]<=[8]}", "{replicated}", "{devices=[4,2]<=[8]}"),
     ],
 }
@@ -492,18 +577,35 @@ DOTS = {
 @pytest.mark.parametrize("C", [2, 4, 8])
 def test_dot(C, R):
     for lhs, rhs, want in DOTS[C]:
-        body = (f"    %d = hlo.dot_general %a, %b, batching_dims = [] x [], contracting_dims = [1] x [0] {S(want)}"
-                " : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>")
-        check(module_text(R, C, [("a", "tensor<8x16xf32>", lhs), ("b", "tensor<16x8xf32>", rhs)], body,
-                          [("%d", "tensor<8x8xf32>", want)]))
+        body = (
+            f"    %d = hlo.dot_general %a, %b, batching_dims = [] x [], contracting_dims = [1] x [0] {S(want)}"
+            " : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>"
+        )
+        check(
+            module_text(
+                R,
+                C,
+                [("a", "tensor<8x16xf32>", lhs), ("b", "tensor<16x8xf32>", rhs)],
+                body,
+                [("%d", "tensor<8x8xf32>", want)],
+            )
+        )
 
 
 def test_dot_with_split_contraction_is_local_dot_and_all_reduce():
-    body = (f"    %d = hlo.dot_general %a, %b, batching_dims = [] x [], contracting_dims = [1] x [0] {S('{replicated}')}"
-            " : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>")
-    m = check(module_text(2, 4, [("a", "tensor<8x16xf32>", "{devices=[1,4]0,1,2,3}"),
-                                 ("b", "tensor<16x8xf32>", "{devices=[4,1]0,1,2,3}")], body,
-                          [("%d", "tensor<8x8xf32>", "{replicated}")]))
+    body = (
+        f"    %d = hlo.dot_general %a, %b, batching_dims = [] x [], contracting_dims = [1] x [0] {S('{replicated}')}"
+        " : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>"
+    )
+    m = check(
+        module_text(
+            2,
+            4,
+            [("a", "tensor<8x16xf32>", "{devices=[1,4]0,1,2,3}"), ("b", "tensor<16x8xf32>", "{devices=[4,1]0,1,2,3}")],
+            body,
+            [("%d", "tensor<8x8xf32>", "{replicated}")],
+        )
+    )
     (dot,) = ops(m, hlo.DotGeneralOp)
     assert str(dot.lhs.type) == "tensor<8x4xf32>" and str(dot.rhs.type) == "tensor<4x8xf32>"
     (ar,) = ops(m, ccl.AllReduceOp)
@@ -515,12 +617,23 @@ def test_dot_with_split_contraction_is_local_dot_and_all_reduce():
 def test_dot_partial_replication_groups():
     """Result [2,1] with 2-way replication: each all-reduce group holds one
     result tile's two contraction tiles."""
-    body = (f"    %d = hlo.dot_general %a, %b, batching_dims = [] x [], contracting_dims = [1] x [0] "
-            f"{S('{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}')}"
-            " : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>")
-    m = check(module_text(1, 4, [("a", "tensor<8x16xf32>", "{devices=[2,2]0,1,2,3}"),
-                                 ("b", "tensor<16x8xf32>", "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}")], body,
-                          [("%d", "tensor<8x8xf32>", "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}")]))
+    body = (
+        f"    %d = hlo.dot_general %a, %b, batching_dims = [] x [], contracting_dims = [1] x [0] "
+        f"{S('{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}')}"
+        " : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>"
+    )
+    m = check(
+        module_text(
+            1,
+            4,
+            [
+                ("a", "tensor<8x16xf32>", "{devices=[2,2]0,1,2,3}"),
+                ("b", "tensor<16x8xf32>", "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}"),
+            ],
+            body,
+            [("%d", "tensor<8x8xf32>", "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}")],
+        )
+    )
     (ar,) = ops(m, ccl.AllReduceOp)
     assert ar.params()["replica_groups"] == ((0, 1), (2, 3))
     assert not ops(m, ccl.AllGatherOp)
@@ -529,15 +642,30 @@ def test_dot_partial_replication_groups():
 @pytest.mark.parametrize("C", [2, 4, 8])
 def test_batched_dot(C):
     lhs_sh = {2: "{devices=[2,1,1]0,1}", 4: "{devices=[2,1,2]0,1,2,3}", 8: "{devices=[2,2,2]<=[8]}"}[C]
-    rhs_sh = {2: "{devices=[2,1,1]0,1}", 4: "{devices=[2,2,1]0,1,2,3}", 8: "{devices=[2,2,1,2]<=[8] last_tile_dim_replicate}"}[C]
-    outs = {2: ["{devices=[2,1,1]0,1}", "{replicated}"],
-            4: ["{devices=[2,1,1,2]0,1,2,3 last_tile_dim_replicate}", "{devices=[2,1,2]0,1,2,3}"],
-            8: ["{devices=[2,2,1,2]<=[8] last_tile_dim_replicate}", "{devices=[2,1,4]<=[8]}"]}[C]
+    rhs_sh = {
+        2: "{devices=[2,1,1]0,1}",
+        4: "{devices=[2,2,1]0,1,2,3}",
+        8: "{devices=[2,2,1,2]<=[8] last_tile_dim_replicate}",
+    }[C]
+    outs = {
+        2: ["{devices=[2,1,1]0,1}", "{replicated}"],
+        4: ["{devices=[2,1,1,2]0,1,2,3 last_tile_dim_replicate}", "{devices=[2,1,2]0,1,2,3}"],
+        8: ["{devices=[2,2,1,2]<=[8] last_tile_dim_replicate}", "{devices=[2,1,4]<=[8]}"],
+    }[C]
     for want in outs:
-        body = (f"    %d = hlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] {S(want)}"
-                " : (tensor<4x8x6xi32>, tensor<4x6x8xi32>) -> tensor<4x8x8xi32>")
-        check(module_text(2, C, [("a", "tensor<4x8x6xi32>", lhs_sh), ("b", "tensor<4x6x8xi32>", rhs_sh)], body,
-                          [("%d", "tensor<4x8x8xi32>", want)]))
+        body = (
+            f"    %d = hlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] {S(want)}"
+            " : (tensor<4x8x6xi32>, tensor<4x6x8xi32>) -> tensor<4x8x8xi32>"
+        )
+        check(
+            module_text(
+                2,
+                C,
+                [("a", "tensor<4x8x6xi32>", lhs_sh), ("b", "tensor<4x6x8xi32>", rhs_sh)],
+                body,
+                [("%d", "tensor<4x8x8xi32>", want)],
+            )
+        )
 
 
 # --------------------------------------------------------------------------
@@ -545,8 +673,9 @@ def test_batched_dot(C):
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind,init", [("add", "0"), ("add", "5"), ("mul", "1"), ("mul", "2"), ("max", "-100"),
-                                       ("min", "7")])
+@pytest.mark.parametrize(
+    "kind,init", [("add", "0"), ("add", "5"), ("mul", "1"), ("mul", "2"), ("max", "-100"), ("min", "7")]
+)
 @pytest.mark.parametrize("C", [2, 4, 8])
 def test_reduce(C, kind, init):
     """Reductions over tiled and untiled dims, results whole or tiled."""
@@ -559,21 +688,39 @@ def test_reduce(C, kind, init):
     %p = hlo.compare GT, %x, %one {S(src)} : (tensor<8x16xi32>, tensor<8x16xi32>) -> tensor<8x16xi1>
     %m = hlo.select %p, %two, %one {S(src)} : (tensor<8x16xi1>, tensor<8x16xi32>, tensor<8x16xi32>) -> tensor<8x16xi32>
     %i = hlo.constant dense<{init}> : tensor<i32>
-    %r1 = hlo.reduce({x} init: %i) applies {kind} across dimensions = [1] {S('{replicated}')} : (tensor<8x16xi32>, tensor<i32>) -> tensor<8xi32>
+    %r1 = hlo.reduce({x} init: %i) applies {kind} across dimensions = [1] {S("{replicated}")} : (tensor<8x16xi32>, tensor<i32>) -> tensor<8xi32>
     %t1 = hlo.reduce({x} init: %i) applies {kind} across dimensions = [1] {S(tiled_rows)} : (tensor<8x16xi32>, tensor<i32>) -> tensor<8xi32>
-    %r0 = hlo.reduce({x} init: %i) applies {kind} across dimensions = [0] {S('{replicated}')} : (tensor<8x16xi32>, tensor<i32>) -> tensor<16xi32>
-    %r01 = hlo.reduce({x} init: %i) applies {kind} across dimensions = [0, 1] {S('{replicated}')} : (tensor<8x16xi32>, tensor<i32>) -> tensor<i32>"""
-        check(module_text(1, C, [("x", "tensor<8x16xi32>", src)], body,
-                          [("%r1", "tensor<8xi32>", "{replicated}"), ("%t1", "tensor<8xi32>", tiled_rows),
-                           ("%r0", "tensor<16xi32>", "{replicated}"), ("%r01", "tensor<i32>", "{replicated}")]))
+    %r0 = hlo.reduce({x} init: %i) applies {kind} across dimensions = [0] {S("{replicated}")} : (tensor<8x16xi32>, tensor<i32>) -> tensor<16xi32>
+    %r01 = hlo.reduce({x} init: %i) applies {kind} across dimensions = [0, 1] {S("{replicated}")} : (tensor<8x16xi32>, tensor<i32>) -> tensor<i32>"""
+        check(
+            module_text(
+                1,
+                C,
+                [("x", "tensor<8x16xi32>", src)],
+                body,
+                [
+                    ("%r1", "tensor<8xi32>", "{replicated}"),
+                    ("%t1", "tensor<8xi32>", tiled_rows),
+                    ("%r0", "tensor<16xi32>", "{replicated}"),
+                    ("%r01", "tensor<i32>", "{replicated}"),
+                ],
+            )
+        )
 
 
 def test_reduce_over_tiled_dim_all_reduces_with_its_computation():
     body = f"""
     %i = hlo.constant dense<-100.0> : tensor<f32>
-    %r = hlo.reduce(%x init: %i) applies max across dimensions = [1] {S('{devices=[2,2]0,1,2,3 last_tile_dim_replicate}')} : (tensor<8x16xf32>, tensor<f32>) -> tensor<8xf32>"""
-    m = check(module_text(2, 4, [("x", "tensor<8x16xf32>", "{devices=[2,2]0,1,2,3}")], body,
-                          [("%r", "tensor<8xf32>", "{devices=[2,2]0,1,2,3 last_tile_dim_replicate}")]))
+    %r = hlo.reduce(%x init: %i) applies max across dimensions = [1] {S("{devices=[2,2]0,1,2,3 last_tile_dim_replicate}")} : (tensor<8x16xf32>, tensor<f32>) -> tensor<8xf32>"""
+    m = check(
+        module_text(
+            2,
+            4,
+            [("x", "tensor<8x16xf32>", "{devices=[2,2]0,1,2,3}")],
+            body,
+            [("%r", "tensor<8xf32>", "{devices=[2,2]0,1,2,3 last_tile_dim_replicate}")],
+        )
+    )
     (red,) = ops(m, hlo.ReduceOp)
     assert str(red.input.type) == "tensor<4x8xf32>"
     (ar,) = ops(m, ccl.AllReduceOp)
@@ -584,9 +731,12 @@ def test_reduce_over_tiled_dim_all_reduces_with_its_computation():
 def test_reduce_init_value_counts_once():
     body = f"""
     %i = hlo.constant dense<10> : tensor<i32>
-    %r = hlo.reduce(%x init: %i) applies add across dimensions = [0] {S('{replicated}')} : (tensor<8xi32>, tensor<i32>) -> tensor<i32>"""
-    m = check(module_text(1, 4, [("x", "tensor<8xi32>", "{devices=[4]0,1,2,3}")], body,
-                          [("%r", "tensor<i32>", "{replicated}")]))
+    %r = hlo.reduce(%x init: %i) applies add across dimensions = [0] {S("{replicated}")} : (tensor<8xi32>, tensor<i32>) -> tensor<i32>"""
+    m = check(
+        module_text(
+            1, 4, [("x", "tensor<8xi32>", "{devices=[4]0,1,2,3}")], body, [("%r", "tensor<i32>", "{replicated}")]
+        )
+    )
     assert ops(m, ccl.AllReduceOp) and ops(m, hlo.AddOp)
 
 
@@ -595,8 +745,8 @@ def test_reduce_bool_and_or(kind):
     for C in (2, 4, 8):
         for src in RANK2[C]:
             body = f"""
-    %i = hlo.constant dense<{'true' if kind == 'and' else 'false'}> : tensor<i1>
-    %r = hlo.reduce(%x init: %i) applies {kind} across dimensions = [0] {S('{replicated}')} : (tensor<8x16xi1>, tensor<i1>) -> tensor<16xi1>"""
+    %i = hlo.constant dense<{"true" if kind == "and" else "false"}> : tensor<i1>
+    %r = hlo.reduce(%x init: %i) applies {kind} across dimensions = [0] {S("{replicated}")} : (tensor<8x16xi1>, tensor<i1>) -> tensor<16xi1>"""
             check(module_text(1, C, [("x", "tensor<8x16xi1>", src)], body, [("%r", "tensor<16xi1>", "{replicated}")]))
 
 
@@ -604,9 +754,10 @@ def test_reduce_int_and_gathers():
     """Bitwise and of ints has no all-reduce: the input is gathered instead."""
     body = f"""
     %i = hlo.constant dense<-1> : tensor<i32>
-    %r = hlo.reduce(%x init: %i) applies and across dimensions = [0] {S('{replicated}')} : (tensor<8xi32>, tensor<i32>) -> tensor<i32>"""
-    m = check(module_text(1, 2, [("x", "tensor<8xi32>", "{devices=[2]0,1}")], body,
-                          [("%r", "tensor<i32>", "{replicated}")]))
+    %r = hlo.reduce(%x init: %i) applies and across dimensions = [0] {S("{replicated}")} : (tensor<8xi32>, tensor<i32>) -> tensor<i32>"""
+    m = check(
+        module_text(1, 2, [("x", "tensor<8xi32>", "{devices=[2]0,1}")], body, [("%r", "tensor<i32>", "{replicated}")])
+    )
     assert ops(m, ccl.AllGatherOp) and not ops(m, ccl.AllReduceOp)
 
 
@@ -629,13 +780,22 @@ def test_iota_and_constants(C):
     %s = hlo.constant {S(want)} dense<7> : tensor<8x16xi32>
     %a = hlo.add %i0, %c {S(want)} : tensor<8x16xi32>
     %b = hlo.add %i1, %s {S(want)} : tensor<8x16xi32>"""
-        check(module_text(2, C, [], body, [("%a", "tensor<8x16xi32>", want), ("%b", "tensor<8x16xi32>", want),
-                                           ("%f", "tensor<8x16xf32>", want)]))
+        check(
+            module_text(
+                2,
+                C,
+                [],
+                body,
+                [("%a", "tensor<8x16xi32>", want), ("%b", "tensor<8x16xi32>", want), ("%f", "tensor<8x16xf32>", want)],
+            )
+        )
 
 
 def test_tiled_iota_adds_the_core_offset():
     sh = "{devices=[4,1]0,1,2,3}"
-    m = check(module_text(1, 4, [], f"    %i = hlo.iota dim = 0 {S(sh)} : tensor<8x3xi64>", [("%i", "tensor<8x3xi64>", sh)]))
+    m = check(
+        module_text(1, 4, [], f"    %i = hlo.iota dim = 0 {S(sh)} : tensor<8x3xi64>", [("%i", "tensor<8x3xi64>", sh)])
+    )
     (iota,) = ops(m, hlo.IotaOp)
     assert str(iota.result.type) == "tensor<2x3xi64>"
     assert ops(m, LogicalCoreIdOp) and ops(m, hlo.AddOp)
@@ -647,13 +807,24 @@ def test_slice_and_concatenate(C):
         body = f"""
     %a = hlo.slice %x, start = [0, 0], limit = [8, 16], strides = [1, 1] {S(want)} : (tensor<8x16xi32>) -> tensor<8x16xi32>
     %b = hlo.slice %x, start = [0, 2], limit = [8, 10], strides = [1, 1] {S(want)} : (tensor<8x16xi32>) -> tensor<8x8xi32>
-    %c = hlo.slice %x, start = [1, 0], limit = [7, 16], strides = [3, 2] {S('{replicated}')} : (tensor<8x16xi32>) -> tensor<2x8xi32>
+    %c = hlo.slice %x, start = [1, 0], limit = [7, 16], strides = [3, 2] {S("{replicated}")} : (tensor<8x16xi32>) -> tensor<2x8xi32>
     %d = hlo.concatenate %a, %x dim = 0 {S(want)} : (tensor<8x16xi32>, tensor<8x16xi32>) -> tensor<16x16xi32>
     %e = hlo.concatenate %b, %b dim = 1 {S(want)} : (tensor<8x8xi32>, tensor<8x8xi32>) -> tensor<8x16xi32>"""
-        check(module_text(1, C, [("x", "tensor<8x16xi32>", src)], body,
-                          [("%a", "tensor<8x16xi32>", want), ("%b", "tensor<8x8xi32>", want),
-                           ("%c", "tensor<2x8xi32>", "{replicated}"), ("%d", "tensor<16x16xi32>", want),
-                           ("%e", "tensor<8x16xi32>", src)]))
+        check(
+            module_text(
+                1,
+                C,
+                [("x", "tensor<8x16xi32>", src)],
+                body,
+                [
+                    ("%a", "tensor<8x16xi32>", want),
+                    ("%b", "tensor<8x8xi32>", want),
+                    ("%c", "tensor<2x8xi32>", "{replicated}"),
+                    ("%d", "tensor<16x16xi32>", want),
+                    ("%e", "tensor<8x16xi32>", src),
+                ],
+            )
+        )
 
 
 # --------------------------------------------------------------------------
@@ -669,7 +840,7 @@ def test_while_and_if(C, R):
     %zero = hlo.constant dense<0> : tensor<i32>
     %one = hlo.constant dense<1> : tensor<i32>
     %three = hlo.constant dense<3> : tensor<i32>
-    %w:2 = hlo.while(%i = %zero, %acc = %x) : tensor<i32>, tensor<8x16xi32> attributes {S('{replicated}', tiled)} cond {{
+    %w:2 = hlo.while(%i = %zero, %acc = %x) : tensor<i32>, tensor<8x16xi32> attributes {S("{replicated}", tiled)} cond {{
       %c = hlo.compare LT, %i, %three : (tensor<i32>, tensor<i32>) -> tensor<i1>
       hlo.return %c : tensor<i1>
     }} do {{
@@ -704,9 +875,16 @@ def test_cross_replica_all_reduce(C, R):
     participants = "[" + ", ".join("[" + ", ".join(str(g * C + c) for g in range(R)) + "]" for c in range(C)) + "]"
     body = f"""
     %s = ccl.all_reduce %x applies add groups = dense<{groups}> : tensor<1x{R}xi64> channel 1 {S(sh)} : tensor<8x16xi32>
-    %t = ccl.all_reduce %s applies max groups = dense<{participants}> : tensor<{C}x{R}xi64> channel 2 {S('{replicated}')} : tensor<8x16xi32>"""
-    m = check(module_text(R, C, [("x", "tensor<8x16xi32>", RANK2[C][0])], body,
-                          [("%s", "tensor<8x16xi32>", sh), ("%t", "tensor<8x16xi32>", "{replicated}")]))
+    %t = ccl.all_reduce %s applies max groups = dense<{participants}> : tensor<{C}x{R}xi64> channel 2 {S("{replicated}")} : tensor<8x16xi32>"""
+    m = check(
+        module_text(
+            R,
+            C,
+            [("x", "tensor<8x16xi32>", RANK2[C][0])],
+            body,
+            [("%s", "tensor<8x16xi32>", sh), ("%t", "tensor<8x16xi32>", "{replicated}")],
+        )
+    )
     first = [op for op in ops(m, ccl.AllReduceOp) if op.params()["channel_id"] == 1]
     assert first[0].params()["replica_groups"] == tuple(tuple(g * C + c for g in range(R)) for c in range(C))
 
@@ -714,9 +892,9 @@ def test_cross_replica_all_reduce(C, R):
 def test_sharding_constraint_is_a_reshard_and_goes_away():
     t = "tensor<8x16xi32>"
     body = f"""
-    %c = tpu.sharding_constraint %x to #tpu.sharding<{{devices=[2,4]<=[8]}}> {S('{devices=[2,4]<=[8]}')} : {t}
-    %r = tpu.sharding_constraint %c to #tpu.sharding<{{replicated}}> {S('{replicated}')} : {t}
-    %y = hlo.add %c, %r {S('{devices=[2,4]<=[8]}')} : {t}"""
+    %c = tpu.sharding_constraint %x to #tpu.sharding<{{devices=[2,4]<=[8]}}> {S("{devices=[2,4]<=[8]}")} : {t}
+    %r = tpu.sharding_constraint %c to #tpu.sharding<{{replicated}}> {S("{replicated}")} : {t}
+    %y = hlo.add %c, %r {S("{devices=[2,4]<=[8]}")} : {t}"""
     m = check(module_text(1, 8, [("x", t, "{replicated}")], body, [("%y", t, "{devices=[2,4]<=[8]}")]))
     assert not ops(m, ShardingConstraintOp)
     assert "tpu.sharding =" not in str(m)
@@ -725,11 +903,18 @@ def test_sharding_constraint_is_a_reshard_and_goes_away():
 def test_maximal_values_are_computed_on_every_core():
     t = "tensor<8x16xi32>"
     body = f"""
-    %c = tpu.sharding_constraint %x to #tpu.sharding<{{maximal device=2}}> {S('{maximal device=2}')} : {t}
-    %y = hlo.multiply %c, %c {S('{maximal device=2}')} : {t}
-    %z = hlo.add %y, %x {S('{devices=[4,1]0,1,2,3}')} : {t}"""
-    check(module_text(2, 4, [("x", t, "{devices=[1,4]0,1,2,3}")], body,
-                      [("%y", t, "{maximal device=2}"), ("%z", t, "{devices=[4,1]0,1,2,3}")]))
+    %c = tpu.sharding_constraint %x to #tpu.sharding<{{maximal device=2}}> {S("{maximal device=2}")} : {t}
+    %y = hlo.multiply %c, %c {S("{maximal device=2}")} : {t}
+    %z = hlo.add %y, %x {S("{devices=[4,1]0,1,2,3}")} : {t}"""
+    check(
+        module_text(
+            2,
+            4,
+            [("x", t, "{devices=[1,4]0,1,2,3}")],
+            body,
+            [("%y", t, "{maximal device=2}"), ("%z", t, "{devices=[4,1]0,1,2,3}")],
+        )
+    )
 
 
 def test_unannotated_values_are_replicated():
@@ -760,16 +945,23 @@ IMAGE = "{devices=[1,2,4,1]<=[8]}"
 def test_seed_image_over_8_cores(R):
     body = f"""
     %img = tpu.sharding_constraint %x to #tpu.sharding<{IMAGE}> {S(IMAGE)} : tensor<2x8x8x3xf32>
-    %flat = hlo.reshape %img {S('{devices=[1,2,4]<=[8] last_tile_dim_replicate}')} : (tensor<2x8x8x3xf32>) -> tensor<2x192xf32>
-    %h = hlo.dot_general %flat, %w, batching_dims = [] x [], contracting_dims = [1] x [0] {S('{replicated}')} : (tensor<2x192xf32>, tensor<192x16xf32>) -> tensor<2x16xf32>
+    %flat = hlo.reshape %img {S("{devices=[1,2,4]<=[8] last_tile_dim_replicate}")} : (tensor<2x8x8x3xf32>) -> tensor<2x192xf32>
+    %h = hlo.dot_general %flat, %w, batching_dims = [] x [], contracting_dims = [1] x [0] {S("{replicated}")} : (tensor<2x192xf32>, tensor<192x16xf32>) -> tensor<2x16xf32>
     %z = hlo.constant dense<0.0> : tensor<2x16xf32>
-    %relu = hlo.maximum %h, %z {S('{replicated}')} : tensor<2x16xf32>
+    %relu = hlo.maximum %h, %z {S("{replicated}")} : tensor<2x16xf32>
     %zero = hlo.constant dense<0.0> : tensor<f32>
-    %sum = hlo.reduce(%relu init: %zero) applies add across dimensions = [1] {S('{replicated}')} : (tensor<2x16xf32>, tensor<f32>) -> tensor<2xf32>
+    %sum = hlo.reduce(%relu init: %zero) applies add across dimensions = [1] {S("{replicated}")} : (tensor<2x16xf32>, tensor<f32>) -> tensor<2xf32>
     %act = hlo.maximum %img, %img {S(IMAGE)} : tensor<2x8x8x3xf32>
-    %pool = hlo.reduce(%act init: %zero) applies add across dimensions = [1, 2] {S('{replicated}')} : (tensor<2x8x8x3xf32>, tensor<f32>) -> tensor<2x3xf32>"""
-    m = check(module_text(R, 8, [("x", "tensor<2x8x8x3xf32>", IMAGE), ("w", "tensor<192x16xf32>", "{replicated}")],
-                          body, [("%sum", "tensor<2xf32>", "{replicated}"), ("%pool", "tensor<2x3xf32>", "{replicated}")]))
+    %pool = hlo.reduce(%act init: %zero) applies add across dimensions = [1, 2] {S("{replicated}")} : (tensor<2x8x8x3xf32>, tensor<f32>) -> tensor<2x3xf32>"""
+    m = check(
+        module_text(
+            R,
+            8,
+            [("x", "tensor<2x8x8x3xf32>", IMAGE), ("w", "tensor<192x16xf32>", "{replicated}")],
+            body,
+            [("%sum", "tensor<2xf32>", "{replicated}"), ("%pool", "tensor<2x3xf32>", "{replicated}")],
+        )
+    )
     rep = replicate_of(m)
     assert str(rep.body.block.args[0].type) == "tensor<2x4x2x3xf32>"
     (gather,) = ops(m, ccl.AllGatherOp)  # height, to make the reshape's chunks contiguous
@@ -825,9 +1017,16 @@ def test_random_shardings(seed):
     %g = hlo.reshape %a {r((4, 8, 6))} : ({_t((8, 4, 6))}) -> {_t((4, 8, 6))}
     %m = hlo.reduce(%g init: %z) applies max across dimensions = [1, 2] {r((4,))} : ({_t((4, 8, 6))}, tensor<i32>) -> {_t((4,))}
     %s = hlo.slice %f, start = [4, 0, 0], limit = [20, 8, 2], strides = [1, 1, 1] {r((16, 8, 2))} : ({_t((32, 8, 2))}) -> {_t((16, 8, 2))}"""
-    outs = [("%e", _t((8,)), _random_sharding(rng, (8,), C)), ("%s", _t((16, 8, 2)), _random_sharding(rng, (16, 8, 2), C)),
-            ("%m", _t((4,)), _random_sharding(rng, (4,), C)), ("%b", _t((4, 8, 6)), _random_sharding(rng, (4, 8, 6), C))]
-    ins = [("x", _t((8, 4, 6)), _random_sharding(rng, (8, 4, 6), C)), ("w", _t((6, 8)), _random_sharding(rng, (6, 8), C))]
+    outs = [
+        ("%e", _t((8,)), _random_sharding(rng, (8,), C)),
+        ("%s", _t((16, 8, 2)), _random_sharding(rng, (16, 8, 2), C)),
+        ("%m", _t((4,)), _random_sharding(rng, (4,), C)),
+        ("%b", _t((4, 8, 6)), _random_sharding(rng, (4, 8, 6), C)),
+    ]
+    ins = [
+        ("x", _t((8, 4, 6)), _random_sharding(rng, (8, 4, 6), C)),
+        ("w", _t((6, 8)), _random_sharding(rng, (6, 8), C)),
+    ]
     check(module_text(R, C, ins, body, outs))
 
 
@@ -878,7 +1077,10 @@ def test_random_windows(seed):
     %z = hlo.constant dense<-7> : tensor<i32>
     %p = hlo.pad %s, %z, low = {low}, high = {high}, interior = [0, 0] {r(pad_shape)} : ({_t(sl_shape)}, tensor<i32>) -> {_t(pad_shape)}
     %c = hlo.concatenate %p, %x dim = {d} {r(cat_shape)} : ({_t(pad_shape)}, {_t((24, 16))}) -> {_t(cat_shape)}"""
-    outs = [("%c", _t(cat_shape), _random_sharding(rng, cat_shape, C)), ("%s", _t(sl_shape), _random_sharding(rng, sl_shape, C))]
+    outs = [
+        ("%c", _t(cat_shape), _random_sharding(rng, cat_shape, C)),
+        ("%s", _t(sl_shape), _random_sharding(rng, sl_shape, C)),
+    ]
     ins = [("x", _t((24, 16)), _random_sharding(rng, (24, 16), C))]
     check(module_text(R, C, ins, body, outs))
 
@@ -893,8 +1095,13 @@ def test_registered():
 
 
 def test_single_core_replicate_untouched():
-    text = module_text(2, 1, [("x", "tensor<4xf32>", "{replicated}")], "    %y = hlo.negate %x : tensor<4xf32>",
-                       [("%y", "tensor<4xf32>", "{replicated}")]).replace(", num_cores_per_replica = 1 : i64", "")
+    text = module_text(
+        2,
+        1,
+        [("x", "tensor<4xf32>", "{replicated}")],
+        "    %y = hlo.negate %x : tensor<4xf32>",
+        [("%y", "tensor<4xf32>", "{replicated}")],
+    ).replace(", num_cores_per_replica = 1 : i64", "")
     m = parse(text)
     before = str(m)
     partition(m)
@@ -903,8 +1110,17 @@ def test_single_core_replicate_untouched():
 
 def test_second_run_changes_nothing():
     t = "tensor<8x16xi32>"
-    m = partition(parse(module_text(1, 4, [("x", t, "{devices=[2,2]0,1,2,3}")],
-                                    f"    %y = hlo.negate %x {S('{replicated}')} : {t}", [("%y", t, "{replicated}")])))
+    m = partition(
+        parse(
+            module_text(
+                1,
+                4,
+                [("x", t, "{devices=[2,2]0,1,2,3}")],
+                f"    %y = hlo.negate %x {S('{replicated}')} : {t}",
+                [("%y", t, "{replicated}")],
+            )
+        )
+    )
     once = str(m)
     assert str(partition(m)) == once
 
@@ -912,8 +1128,8 @@ def test_second_run_changes_nothing():
 def test_channel_ids_are_fresh():
     t = "tensor<8x16xi32>"
     body = f"""
-    %s = ccl.all_reduce %x applies add groups = dense<[[0]]> : tensor<1x1xi64> channel 7 {S('{devices=[2,2]0,1,2,3}')} : {t}
-    %y = hlo.negate %s {S('{replicated}')} : {t}"""
+    %s = ccl.all_reduce %x applies add groups = dense<[[0]]> : tensor<1x1xi64> channel 7 {S("{devices=[2,2]0,1,2,3}")} : {t}
+    %y = hlo.negate %s {S("{replicated}")} : {t}"""
     m = partition(parse(module_text(1, 4, [("x", t, "{devices=[2,2]0,1,2,3}")], body, [("%y", t, "{replicated}")])))
     ids = [op.params()["channel_id"] for op in m.walk() if isinstance(op, ccl.CollectiveOp)]
     assert ids == [7, 8, 9]
@@ -922,17 +1138,29 @@ def test_channel_ids_are_fresh():
 @pytest.mark.parametrize(
     "body,message",
     [
-        (f"    %y = hlo.negate %x {S('{devices=[2,1]0,1}')} : tensor<8x16xi32>",
-         "'hlo.negate' op result 0 has sharding {devices=[2,1]0,1} over 2 devices, but a replica has 4 logical devices"),
-        (f"    %y = hlo.negate %x {S('{devices=[1,4,1]0,1,2,3}')} : tensor<8x16xi32>",
-         "'hlo.negate' op result 0: sharding {devices=[1,4,1]0,1,2,3} has 3 tile dimensions but the tensor has rank 2"),
-        (f"    %y = hlo.slice %x, start = [0, 0], limit = [6, 16], strides = [1, 1] {S('{devices=[4,1]0,1,2,3}')} : (tensor<8x16xi32>) -> tensor<6x16xi32>",
-         ("'hlo.slice' op result 0: sharding {devices=[4,1]0,1,2,3} cuts dimension 0 of shape [6, 16] into 4 tiles, "
-          "but 6 is not divisible by 4 (xtpu requires even splits)")),
-        ("    %y = ccl.all_gather %x dim = 0 groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64> : (tensor<8x16xi32>) -> tensor<32x16xi32>",
-         "'ccl.all_gather' op is already a collective"),
-        (f"    %y = hlo.negate %x {S('{manual}')} : tensor<8x16xi32>",
-         "'hlo.negate' op cannot reshard a value of shape [8, 16] from {replicated} to {manual}"),
+        (
+            f"    %y = hlo.negate %x {S('{devices=[2,1]0,1}')} : tensor<8x16xi32>",
+            "'hlo.negate' op result 0 has sharding {devices=[2,1]0,1} over 2 devices, but a replica has 4 logical devices",
+        ),
+        (
+            f"    %y = hlo.negate %x {S('{devices=[1,4,1]0,1,2,3}')} : tensor<8x16xi32>",
+            "'hlo.negate' op result 0: sharding {devices=[1,4,1]0,1,2,3} has 3 tile dimensions but the tensor has rank 2",
+        ),
+        (
+            f"    %y = hlo.slice %x, start = [0, 0], limit = [6, 16], strides = [1, 1] {S('{devices=[4,1]0,1,2,3}')} : (tensor<8x16xi32>) -> tensor<6x16xi32>",
+            (
+                "'hlo.slice' op result 0: sharding {devices=[4,1]0,1,2,3} cuts dimension 0 of shape [6, 16] into 4 tiles, "
+                "but 6 is not divisible by 4 (xtpu requires even splits)"
+            ),
+        ),
+        (
+            "    %y = ccl.all_gather %x dim = 0 groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64> : (tensor<8x16xi32>) -> tensor<32x16xi32>",
+            "'ccl.all_gather' op is already a collective",
+        ),
+        (
+            f"    %y = hlo.negate %x {S('{manual}')} : tensor<8x16xi32>",
+            "'hlo.negate' op cannot reshard a value of shape [8, 16] from {replicated} to {manual}",
+        ),
     ],
 )
 def test_diagnostics(body, message):
@@ -1049,8 +1277,10 @@ def test_end_to_end_two_replicas_of_four_logical_devices():
         return xtpu.math.reduce_sum(acc, axis=0), xtpu.math.reduce_max(x, axis=1)
 
     rng = np.random.default_rng(11)
-    ins = [[rng.integers(-3, 4, (8, 8)).astype(np.float32), rng.integers(-2, 3, (8, 8)).astype(np.float32)]
-           for _ in range(2)]
+    ins = [
+        [rng.integers(-3, 4, (8, 8)).astype(np.float32), rng.integers(-2, 3, (8, 8)).astype(np.float32)]
+        for _ in range(2)
+    ]
     out = xtpu.replicate(step, ins, device_assignment=da)
     s = sum(x @ w for x, w in ins)  # the cross-replica sum, by hand
     for r, (x, w) in enumerate(ins):

@@ -168,16 +168,24 @@ func.func @main(%a0: {arg}, %a1: {arg}, %a2: {arg}, %a3: {arg}) {{
 
 def test_received_bytes_per_collective():
     b = 8 * 4 * 4  # the operand's bytes
-    op = _one(_wrap("%y = ccl.all_reduce %x applies add groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64> : tensor<8x4xf32>"))
+    op = _one(
+        _wrap("%y = ccl.all_reduce %x applies add groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64> : tensor<8x4xf32>")
+    )
     assert received_bytes(op) == {i: 2 * 3 / 4 * b for i in range(4)}
-    op = _one(_wrap("%y = ccl.all_reduce %x applies add groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64> : tensor<8x4xf32>"))
+    op = _one(
+        _wrap("%y = ccl.all_reduce %x applies add groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64> : tensor<8x4xf32>")
+    )
     assert received_bytes(op) == {i: b for i in range(4)}
-    op = _one(_wrap("%y = ccl.collective_permute %x pairs = dense<[[0, 1], [2, 2]]> : tensor<2x2xi64> : tensor<8x4xf32>"))
+    op = _one(
+        _wrap("%y = ccl.collective_permute %x pairs = dense<[[0, 1], [2, 2]]> : tensor<2x2xi64> : tensor<8x4xf32>")
+    )
     assert received_bytes(op) == {1: b}  # 2 sends to itself: nothing moves
-    module = parse(_wrap(
-        "%g = ccl.all_gather %x dim = 0 groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64> : (tensor<8x4xf32>) -> tensor<32x4xf32>\n"
-        "    %y = ccl.reduce_scatter %g applies add dim = 0 groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64> : (tensor<32x4xf32>) -> tensor<8x4xf32>"
-    ))
+    module = parse(
+        _wrap(
+            "%g = ccl.all_gather %x dim = 0 groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64> : (tensor<8x4xf32>) -> tensor<32x4xf32>\n"
+            "    %y = ccl.reduce_scatter %g applies add dim = 0 groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64> : (tensor<32x4xf32>) -> tensor<8x4xf32>"
+        )
+    )
     gather, scatter = collective_costs(module)
     assert (gather.kind, gather.bytes) == ("all_gather", 3 * b)
     assert (scatter.kind, scatter.bytes) == ("reduce_scatter", 3 / 4 * 4 * b)
@@ -209,7 +217,9 @@ def test_reshard_bytes_estimates():
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["concat_split", "stencil_halo", "pad_halo", "dot_reduce_scatter", "reduce_scatter_result"])
+@pytest.mark.parametrize(
+    "name", ["concat_split", "stencil_halo", "pad_halo", "dot_reduce_scatter", "reduce_scatter_result"]
+)
 def test_runtime_runs_the_partitioned_program(name):
     from xtpu.runtime.executor import Executable
 

@@ -3,6 +3,7 @@ contrib_tpu_strategy.txt and the TF 2 names, variables, steps_per_run."""
 
 import numpy as np
 import pytest
+
 import xtpu
 from xtpu import ReduceOp, VariableAggregation
 
@@ -59,8 +60,9 @@ def test_run_per_replica_and_broadcast_args(s4):
 
 
 def test_run_kwargs_and_structure(s4):
-    out = s4.run(lambda a, k=None: {"s": a + k, "d": a - k}, args=(np.ones(2, np.float32),),
-                 kwargs={"k": np.ones(2, np.float32)})
+    out = s4.run(
+        lambda a, k=None: {"s": a + k, "d": a - k}, args=(np.ones(2, np.float32),), kwargs={"k": np.ones(2, np.float32)}
+    )
     assert set(out) == {"d", "s"}
     np.testing.assert_array_equal(out["s"].values[3], [2.0, 2.0])
 
@@ -329,8 +331,11 @@ def test_host_and_mirrored_variables_eager():
 
 @pytest.mark.parametrize(
     "agg,expected",
-    [(VariableAggregation.SUM, 1.0 + 0 + 1 + 2 + 3), (VariableAggregation.MEAN, 1.0 + 1.5),
-     (VariableAggregation.ONLY_FIRST_TOWER, 1.0)],
+    [
+        (VariableAggregation.SUM, 1.0 + 0 + 1 + 2 + 3),
+        (VariableAggregation.MEAN, 1.0 + 1.5),
+        (VariableAggregation.ONLY_FIRST_TOWER, 1.0),
+    ],
 )
 def test_mirrored_variable_updates_are_aggregated(s4, agg, expected):
     with s4.scope():
@@ -386,7 +391,10 @@ def test_device_variable_in_outside_compilation_is_rejected(s4):
     def f():
         return xtpu.outside_compilation(lambda: v.read_value() + 1.0)
 
-    with pytest.raises(ValueError, match="For variables placed in TPU device.*outside compilation logic must not include variable read/write"):
+    with pytest.raises(
+        ValueError,
+        match="For variables placed in TPU device.*outside compilation logic must not include variable read/write",
+    ):
         s4.run(f)
 
 
@@ -464,6 +472,7 @@ def test_host_variable_in_outside_compilation_runs_once_per_replica(s4):
 
 def test_host_variable_update_op_round_trips():
     from xdsl.parser import Parser
+
     from xtpu.dialects import make_context
 
     text = """

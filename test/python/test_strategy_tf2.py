@@ -21,7 +21,9 @@ def test_cluster_resolver_has_tfs_positional_order():
     every = xtpu.TPUClusterResolver("", "us-central1-b", "proj", "worker", None, None, "default", None, None)
     assert every.num_cores == 8 and every.master() == ""
     with pytest.raises(TypeError):
-        xtpu.TPUClusterResolver("", None, None, "worker", None, None, "default", None, None, 4)  # num_cores is a keyword
+        xtpu.TPUClusterResolver(
+            "", None, None, "worker", None, None, "default", None, None, 4
+        )  # num_cores is a keyword
     with pytest.raises(TypeError, match="give the number of cores as num_cores=4"):
         xtpu.TPUClusterResolver(4)
     with pytest.raises(ValueError, match="local TPU system only; tpu='grpc://10.0.0.2:8470'"):
@@ -42,7 +44,8 @@ def test_strategy_takes_tf2_keywords():
     assert s.extended.worker_devices == want and s.extended.parameter_devices == want
     with s.extended.experimental_logical_device(1):
         assert s.extended.worker_devices == tuple(
-            f"/job:localhost/replica:0/task:0/device:TPU:{da.tpu_ordinal(r, 1)}" for r in range(4))
+            f"/job:localhost/replica:0/task:0/device:TPU:{da.tpu_ordinal(r, 1)}" for r in range(4)
+        )
         with s.scope():
             on_core_1 = xtpu.Variable(0.0)
     assert on_core_1.device == f"/job:localhost/replica:0/task:0/device:TPU:{da.tpu_ordinal(0, 1)}"
@@ -51,20 +54,28 @@ def test_strategy_takes_tf2_keywords():
     # TF: num_of_cores_per_host without a device assignment; with one,
     # min(num_replicas, cores_per_host // num_cores_per_replica).
     assert full.extended.num_replicas_per_host == 8
-    assert xtpu.TPUStrategy(resolver, xtpu.DeviceAssignment.build(topology, num_replicas=3)
-                            ).extended.num_replicas_per_host == 3
+    assert (
+        xtpu.TPUStrategy(resolver, xtpu.DeviceAssignment.build(topology, num_replicas=3)).extended.num_replicas_per_host
+        == 3
+    )
 
     def assign(x):
         return s.experimental_assign_to_logical_device(x, 3)
 
-    with pytest.raises(ValueError, match="`logical_core_id` to assign must be lower then total number of logical "
-                                         "devices per replica. Received logical device id 3 but there are only "
-                                         "total of 2 logical devices in replica."):
+    with pytest.raises(
+        ValueError,
+        match="`logical_core_id` to assign must be lower then total number of logical "
+        "devices per replica. Received logical device id 3 but there are only "
+        "total of 2 logical devices in replica.",
+    ):
         s.run(assign, args=(np.zeros(4, np.float32),))
     spmd = xtpu.TPUStrategy(resolver, experimental_device_assignment=da, experimental_spmd_xla_partitioning=True)
-    with pytest.raises(ValueError, match="Cannot assign a tensor to a logical device in SPMD mode. To disable SPMD, "
-                                         "Please construct the TPUStrategy with "
-                                         "`experimental_spmd_xla_partitioning=False`"):
+    with pytest.raises(
+        ValueError,
+        match="Cannot assign a tensor to a logical device in SPMD mode. To disable SPMD, "
+        "Please construct the TPUStrategy with "
+        "`experimental_spmd_xla_partitioning=False`",
+    ):
         spmd.experimental_assign_to_logical_device(np.zeros(2, np.float32), 0)
 
 
@@ -75,8 +86,11 @@ def test_extended_experimental_logical_device():
     with s.extended.experimental_logical_device(1):
         assert s._logical_device_stack[-1] == 1
     assert s._logical_device_stack == [0]
-    with pytest.raises(ValueError, match=r"`logical_device_id` not in range \(was 2, but there are only 2 logical "
-                                         r"devices per replica\)."):
+    with pytest.raises(
+        ValueError,
+        match=r"`logical_device_id` not in range \(was 2, but there are only 2 logical "
+        r"devices per replica\).",
+    ):
         with s.extended.experimental_logical_device(2):
             pass
 
@@ -94,28 +108,43 @@ def test_variable_passed_as_argument_to_run():
     assert [float(o) for o in out.values] == [8.0, 8.0] and float(v.numpy()) == 4.0
     out = s.run(step, args=(np.float32(0.5),), kwargs={"var": v})
     assert [float(o) for o in out.values] == [10.0, 10.0] and float(v.numpy()) == 5.0
-    with pytest.raises(ValueError, match=r"TPUStrategy.run\(\) cannot handle Variables passed to \*args. Either name "
-                                         r"the function argument, or capture the Variable implicitly."):
+    with pytest.raises(
+        ValueError,
+        match=r"TPUStrategy.run\(\) cannot handle Variables passed to \*args. Either name "
+        r"the function argument, or capture the Variable implicitly.",
+    ):
         s.run(lambda *a: a[0], args=(v,))
-    with pytest.raises(ValueError, match=re.escape("Too many positional arguments passed to call to "
-                                                   "TPUStrategy.run().")):
+    with pytest.raises(
+        ValueError, match=re.escape("Too many positional arguments passed to call to TPUStrategy.run().")
+    ):
         s.run(lambda a: a, args=(np.float32(1), v))
 
     def star(var, *rest):
         return var.read_value() + rest[0]
 
-    with pytest.raises(ValueError, match=re.escape("TPUStrategy.run() cannot handle both Variables and a mix of "
-                                                   "positional args and *args. Either remove the *args, or capture "
-                                                   "the Variable implicitly.")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "TPUStrategy.run() cannot handle both Variables and a mix of "
+            "positional args and *args. Either remove the *args, or capture "
+            "the Variable implicitly."
+        ),
+    ):
         s.run(star, args=(v, np.float32(1)))
 
     def positional_only(var, /):
         return var.read_value()
 
-    with pytest.raises(ValueError, match=re.escape("Mixing Variables and positional-only parameters not supported by "
-                                                   "TPUStrategy. Received 0 DistributedVariables in **kwargs and 1 in "
-                                                   "*args, expected zero for both.")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "Mixing Variables and positional-only parameters not supported by "
+            "TPUStrategy. Received 0 DistributedVariables in **kwargs and 1 in "
+            "*args, expected zero for both."
+        ),
+    ):
         s.run(positional_only, args=(v,))
+
     # Without variables, *args and positional-only parameters are passed as given.
     def plain(x, /, *rest):
         return x * 2.0 + rest[0]
@@ -138,15 +167,15 @@ def test_local_results_of_a_nested_structure_is_one_structure_per_replica():
     assert s.experimental_local_results(out["a"]) == tuple(out["a"].values)
     # A distributed variable's components: one per copy, each its own value.
     with s.scope():
-        acc = xtpu.Variable(0.0, synchronization=xtpu.VariableSynchronization.ON_READ,
-                            aggregation=xtpu.VariableAggregation.SUM)
+        acc = xtpu.Variable(
+            0.0, synchronization=xtpu.VariableSynchronization.ON_READ, aggregation=xtpu.VariableAggregation.SUM
+        )
         w = xtpu.Variable(np.float32(2.0))
     s.run(lambda x: acc.assign_add(x), args=(xtpu.PerReplica([np.float32(r + 1) for r in range(3)]),))
     assert [float(c) for c in s.experimental_local_results(acc)] == [1.0, 2.0, 3.0]
     assert float(acc.numpy()) == 6.0
     nested = s.experimental_local_results({"acc": acc, "w": w, "k": 7})
-    assert [(float(d["acc"]), float(d["w"]), d["k"]) for d in nested] == [(1.0, 2.0, 7), (2.0, 2.0, 7),
-                                                                        (3.0, 2.0, 7)]
+    assert [(float(d["acc"]), float(d["w"]), d["k"]) for d in nested] == [(1.0, 2.0, 7), (2.0, 2.0, 7), (3.0, 2.0, 7)]
 
 
 def test_strategy_run_inside_merge_call_runs_and_lets_the_users_exception_through():
@@ -183,7 +212,8 @@ def test_strategy_run_inside_merge_call_runs_and_lets_the_users_exception_throug
 
     def doubled_sum(x):
         return xtpu.get_replica_context().merge_call(
-            lambda strat, v: strat.reduce("SUM", strat.run(lambda y: y * 2.0, args=(v,)), axis=None), args=(x,))
+            lambda strat, v: strat.reduce("SUM", strat.run(lambda y: y * 2.0, args=(v,)), axis=None), args=(x,)
+        )
 
     out = s.run(doubled_sum, args=(xtpu.PerReplica([np.float32(1), np.float32(2)]),))
     assert [float(o) for o in out.values] == [6.0, 6.0]
@@ -196,8 +226,10 @@ def test_second_initialize_tpu_system_warns_as_tf(caplog):
         caplog.clear()
         topology = xtpu.initialize_tpu_system(resolver)
     assert topology.num_tpus_per_task == 4
-    assert ["TPU system local has already been initialized. Reinitializing the TPU can cause previously created "
-            "variables on TPU to be lost."] == [r.getMessage() for r in caplog.records if "already" in r.getMessage()]
+    assert [
+        "TPU system local has already been initialized. Reinitializing the TPU can cause previously created "
+        "variables on TPU to be lost."
+    ] == [r.getMessage() for r in caplog.records if "already" in r.getMessage()]
 
 
 def test_variable_constraint_is_applied_after_each_optimizer_update():
@@ -222,8 +254,10 @@ def test_variable_constraint_is_applied_after_each_optimizer_update():
     xtpu.optimizers.SGD(1.0).apply_gradients([(np.float32(3.0), eager)])
     assert float(eager.numpy()) == 0.0 and eager.constraint is not None
     # resource_variable_ops.ResourceVariable._init_from_args, verbatim.
-    with pytest.raises(ValueError, match=re.escape("Argument `constraint` must be None or a callable. a callable. "
-                                                   "Got a <class 'int'>:  3")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("Argument `constraint` must be None or a callable. a callable. Got a <class 'int'>:  3"),
+    ):
         xtpu.Variable(1.0, constraint=3)
 
 
@@ -281,8 +315,11 @@ def test_on_read_variables_keep_a_copy_per_replica_and_aggregate_when_read_acros
     assert float(total.numpy()) == 30.0
     total.assign(8.0)  # cross-replica assign of a SUM variable: 8 / 4 on each replica
     assert [float(v) for v in total._replica_values] == [2.0] * 4 and float(total.numpy()) == 8.0
-    with pytest.raises(ValueError, match="SyncOnReadVariable does not support `assign_add` in cross-replica context "
-                                         "when aggregation is set to `tf.VariableAggregation.SUM`."):
+    with pytest.raises(
+        ValueError,
+        match="SyncOnReadVariable does not support `assign_add` in cross-replica context "
+        "when aggregation is set to `tf.VariableAggregation.SUM`.",
+    ):
         total.assign_add(1.0)
     mean.assign_add(1.0)  # allowed for MEAN: every copy
     assert float(mean.numpy()) == 3.5
@@ -310,8 +347,10 @@ def test_on_write_policy_of_aggregation_none_and_mean_in_replica_context():
     assert [float(r) for r in s.run(lambda: v.read_value()).values] == [2.0, 3.0, 4.0, 5.0]  # each kept its own
     v.assign(0.0)  # a cross-replica assign sets every copy again
     assert [float(r) for r in s.run(lambda: v.read_value()).values] == [0.0] * 4
-    with pytest.raises(ValueError, match="Cannot update non-float variables with tf.VariableAggregation.MEAN "
-                                         "aggregation in replica context"):
+    with pytest.raises(
+        ValueError,
+        match="Cannot update non-float variables with tf.VariableAggregation.MEAN aggregation in replica context",
+    ):
         s.run(lambda x: counter.assign_add(xtpu.cast(x, xtpu.int32)), args=(xs,))
     s.run(lambda: counter.assign_add(np.int32(2)))
     assert int(counter.numpy()) == 2
@@ -339,8 +378,11 @@ def test_variable_of_one_strategy_in_another_raises_tfs_error_only_where_tf_does
     b = xtpu.TPUStrategy(xtpu.TPUClusterResolver(num_cores=4))
     with a.scope():
         v = xtpu.Variable(np.float32(3.0), aggregation=xtpu.VariableAggregation.SUM)
-        r = xtpu.Variable(np.float32(1.0), synchronization=xtpu.VariableSynchronization.ON_READ,
-                          aggregation=xtpu.VariableAggregation.SUM)
+        r = xtpu.Variable(
+            np.float32(1.0),
+            synchronization=xtpu.VariableSynchronization.ON_READ,
+            aggregation=xtpu.VariableAggregation.SUM,
+        )
     assert float(v.read_value()) == 3.0 and float(v.numpy()) == 3.0
     v.assign_add(np.float32(1.0))
     assert float(v.numpy()) == 4.0
@@ -385,10 +427,13 @@ def test_variable_of_one_strategy_read_and_written_in_another_strategys_run():
     assert [float(o) for o in out.values] == [11.0, 12.0] and float(v.numpy()) == 10.0
     # c's replicas 2 and 3 run on cores 2 and 3, where a (cores 0, 1) has no
     # copy: TF's get_replicated_var_handle raises, for a read as for a write.
-    with pytest.raises(ValueError, match=r"variable '.*' \(copies on TPU cores \[0, 1\]\) used in a program of "
-                                         r"TPUStrategy\(num_replicas_in_sync=4.* whose replica 2 runs on TPU cores "
-                                         r"\[2\]: Failed to find a variable on any device in replica 2 for current "
-                                         r"device assignment"):
+    with pytest.raises(
+        ValueError,
+        match=r"variable '.*' \(copies on TPU cores \[0, 1\]\) used in a program of "
+        r"TPUStrategy\(num_replicas_in_sync=4.* whose replica 2 runs on TPU cores "
+        r"\[2\]: Failed to find a variable on any device in replica 2 for current "
+        r"device assignment",
+    ):
         c.run(lambda: v * 2.0)
 
     with pytest.raises(RuntimeError, match=_mixing(b, a)):
@@ -403,8 +448,9 @@ def test_variable_of_one_strategy_read_and_written_in_another_strategys_run():
     assert [float(o) for o in out.values] == [5.0, 6.0]
     assert float(w.numpy()) == 5.0  # reads outside a step see the primary (replica 0's copy)
     assert [float(o) for o in a.run(lambda: w.read_value() * 1.0).values] == [5.0, 6.0]
-    with pytest.raises(ValueError, match="Failed to find a variable on any device in replica 2 for current device "
-                                         "assignment"):
+    with pytest.raises(
+        ValueError, match="Failed to find a variable on any device in replica 2 for current device assignment"
+    ):
         c.run(lambda: w.assign(np.float32(1.0)))
     assert [float(o) for o in a.run(lambda: w.read_value() * 1.0).values] == [5.0, 6.0]
 
@@ -432,14 +478,15 @@ def test_another_strategys_replicas_use_the_copies_on_their_cores():
     S, A = xtpu.VariableSynchronization, xtpu.VariableAggregation
     topology = xtpu.initialize_tpu_system(num_cores=8)
     full = xtpu.TPUStrategy(xtpu.TPUClusterResolver(""))  # 8 replicas, core r
-    one = xtpu.TPUStrategy(xtpu.TPUClusterResolver(""),
-                           experimental_device_assignment=xtpu.DeviceAssignment.build(topology, num_replicas=1))
+    one = xtpu.TPUStrategy(
+        xtpu.TPUClusterResolver(""),
+        experimental_device_assignment=xtpu.DeviceAssignment.build(topology, num_replicas=1),
+    )
     pairs_da = xtpu.DeviceAssignment.build(topology, computation_shape=[1, 1, 1, 2], num_replicas=4)
     pairs = xtpu.TPUStrategy(xtpu.TPUClusterResolver(""), experimental_device_assignment=pairs_da)
     with full.scope():
         steps_acc = xtpu.Variable(0.0, trainable=False, synchronization=S.ON_READ, aggregation=A.MEAN)
-        sum_acc = xtpu.Variable(np.zeros(2, np.float32), trainable=False, synchronization=S.ON_READ,
-                                aggregation=A.MEAN)
+        sum_acc = xtpu.Variable(np.zeros(2, np.float32), trainable=False, synchronization=S.ON_READ, aggregation=A.MEAN)
         total = xtpu.Variable(np.float32(0.0))  # AUTO, NONE: TPUAutoPolicy
     data = np.array([[1.0, 2.0], [3.0, 5.0]], np.float32)
 
@@ -494,8 +541,11 @@ def test_another_strategys_replicas_use_the_copies_on_their_cores():
     # replica 1 (core 1) has none.
     with pairs.scope():
         p = xtpu.Variable(np.float32(1.0))
-    with pytest.raises(ValueError, match=r"copies on TPU cores \[0, 2, 6, 4\]\) used in a program of "
-                                         r"TPUStrategy\(num_replicas_in_sync=8.* replica 1 runs on TPU cores \[1\]: "
-                                         r"Failed to find a variable on any device in replica 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"copies on TPU cores \[0, 2, 6, 4\]\) used in a program of "
+        r"TPUStrategy\(num_replicas_in_sync=8.* replica 1 runs on TPU cores \[1\]: "
+        r"Failed to find a variable on any device in replica 1",
+    ):
         full.run(lambda: p.read_value())
     assert float(one.run(lambda: p.read_value() * 3.0)) == 3.0  # core 0 holds a copy

@@ -53,14 +53,6 @@ def scalars(logdir):
     return out
 
 
-@pytest.fixture
-def logdir(tmp_path):
-    d = str(tmp_path / "logs")
-    yield d
-    summaries.release(d)  # in case a test left a reopened writer behind
-    xtpu.summary.experimental.set_step(None)
-
-
 # --------------------------------------------------------------------------
 # Eager
 # --------------------------------------------------------------------------
@@ -149,7 +141,9 @@ def test_non_scalar_data_names_the_users_line(logdir):
     with writer.as_default(step=1):
         with pytest.raises(ValueError, match=r"data must be a scalar .* \(at test_summary\.py:\d+\)"):
             xtpu.summary.scalar("loss", [[1.0]])
-        with pytest.raises(ValueError, match=r"step must be an int64 or int32 scalar, got float32\[\] \(at test_summary"):
+        with pytest.raises(
+            ValueError, match=r"step must be an int64 or int32 scalar, got float32\[\] \(at test_summary"
+        ):
             xtpu.summary.scalar("loss", 1.0, step=1.5)
         with pytest.raises(ValueError, match=r"data must be a scalar .*got string\[\]"):
             xtpu.summary.scalar("loss", "high")
@@ -337,7 +331,7 @@ def _open_writer_at_the_barrier(logdir, barrier, errors):
     barrier.wait()
     try:
         xtpu.summary.create_file_writer(logdir).close()
-    except Exception as e:  # noqa: BLE001 - reported to the parent
+    except Exception:  # noqa: BLE001 - reported to the parent
         import traceback
 
         errors.put(traceback.format_exc())

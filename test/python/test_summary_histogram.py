@@ -4,9 +4,9 @@ writes, as for scalars) and inside xtpu.function."""
 
 import numpy as np
 import pytest
+from test_summary import read_events
 
 import xtpu
-from test_summary import logdir, read_events  # noqa: F401 - logdir: test_summary's fixture
 
 
 def histos(logdir):
@@ -77,6 +77,7 @@ def test_histogram_inside_function_with_strategy(logdir):
         def replica_fn():
             xtpu.summary.histogram("v", v.read_value(), step=step)
             return xtpu.reduce_sum(v.read_value())
+
         return strategy.run(replica_fn)
 
     with w.as_default():

@@ -7,9 +7,9 @@ import zlib
 
 import numpy as np
 import pytest
+from test_summary import read_events
 
 import xtpu
-from test_summary import logdir, read_events  # noqa: F401 - logdir: test_summary's fixture
 
 
 def tensors(logdir):
@@ -21,9 +21,9 @@ def decode_png(data: bytes) -> np.ndarray:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, ihdr = 8, b"", None
     while pos < len(data):
-        (n,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
-        (crc,) = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
+        (n,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + n]
+        (crc,) = struct.unpack(">I", data[pos + 8 + n : pos + 12 + n])
         assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF
         if kind == b"IHDR":
             ihdr = struct.unpack(">IIBBBBB", body)
@@ -34,7 +34,7 @@ def decode_png(data: bytes) -> np.ndarray:
     c = {0: 1, 2: 3, 6: 4}[color]
     assert depth == 8
     raw = zlib.decompress(idat)
-    rows = [raw[y * (w * c + 1):(y + 1) * (w * c + 1)] for y in range(h)]
+    rows = [raw[y * (w * c + 1) : (y + 1) * (w * c + 1)] for y in range(h)]
     assert all(r[0] == 0 for r in rows)
     return np.frombuffer(b"".join(r[1:] for r in rows), np.uint8).reshape(h, w, c)
 
@@ -58,9 +58,14 @@ def test_image_text_write_eagerly(logdir):
         np.testing.assert_array_equal(decode_png(strings[2 + k]), (imgs[k] * 255.5).astype(np.uint8))
     np.testing.assert_array_equal(decode_png(v2.tensor.string_val[3]), np.clip(gray[1], 0, 255).astype(np.uint8))
     assert v3.metadata.plugin_data.plugin_name == "text"
-    assert list(v3.tensor.string_val) == [b"a", b"b", b"c", b"d"] and [d.size for d in v3.tensor.tensor_shape.dim] == [2, 2]
+    assert list(v3.tensor.string_val) == [b"a", b"b", b"c", b"d"] and [d.size for d in v3.tensor.tensor_shape.dim] == [
+        2,
+        2,
+    ]
     assert v4.tensor.dtype == 9  # DT_INT64
-    np.testing.assert_array_equal(np.frombuffer(v4.tensor.tensor_content, "<i8").reshape(2, 3), np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(
+        np.frombuffer(v4.tensor.tensor_content, "<i8").reshape(2, 3), np.arange(6).reshape(2, 3)
+    )
     with pytest.raises(ValueError, match="images must be numeric \\[k, h, w, c\\] with c in 1, 3, 4"):
         with w.as_default(step=1):
             xtpu.summary.image("bad", np.zeros((2, 3, 3)))

@@ -23,12 +23,15 @@ def test_the_installed_tensorboardx_is_in_the_pinned_range():
     assert tuple(map(int, lo.split("."))) <= version < tuple(map(int, hi.split(".")))
 
 
-@pytest.mark.parametrize("module, names", [
-    ("tensorboardX", ["RecordWriter"]),
-    ("tensorboardX.summary", ["scalar", "histogram"]),
-    ("tensorboardX.proto.event_pb2", ["Event"]),
-    ("tensorboardX.proto.summary_pb2", ["HistogramProto", "Summary", "SummaryMetadata"]),
-])
+@pytest.mark.parametrize(
+    "module, names",
+    [
+        ("tensorboardX", ["RecordWriter"]),
+        ("tensorboardX.summary", ["scalar", "histogram"]),
+        ("tensorboardX.proto.event_pb2", ["Event"]),
+        ("tensorboardX.proto.summary_pb2", ["HistogramProto", "Summary", "SummaryMetadata"]),
+    ],
+)
 def test_every_name_xtpu_uses_is_there(module, names):
     mod = importlib.import_module(module)
     for name in names:

@@ -5,8 +5,8 @@ bit for bit (one op definition serves both)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -53,7 +53,7 @@ def _np_gather_nd(p, idx):
 
 
 def _np_segment_sum(d, ids, n):
-    out = np.zeros((n,) + d.shape[ids.ndim:], d.dtype)
+    out = np.zeros((n,) + d.shape[ids.ndim :], d.dtype)
     for i in np.ndindex(ids.shape):
         if 0 <= ids[i] < n:
             out[ids[i]] += d[i]
@@ -61,91 +61,242 @@ def _np_segment_sum(d, ids, n):
 
 
 CASES = [
-    Case("einsum_matmul", lambda a, b: xtpu.einsum("ij,jk->ik", a, b), ins(normal(3, 4), normal(4, 2)),
-         lambda a, b: np.einsum("ij,jk->ik", a, b)),
-    Case("einsum_batch_transposed_out", lambda a, b: xtpu.einsum("bij,bkj->kbi", a, b),
-         ins(normal(2, 3, 4), normal(2, 5, 4)), lambda a, b: np.einsum("bij,bkj->kbi", a, b)),
-    Case("einsum_dot_sum_and_implicit", lambda a, b: (xtpu.einsum("i,i->", a, b), xtpu.einsum("ij,jk", a[None], b[:, None]),
-                                                      xtpu.einsum("ij->j", a[None]), xtpu.einsum("ij,k->ik", a[None], b)),
-         ins(normal(4), normal(4)),
-         lambda a, b: (np.einsum("i,i->", a, b), np.einsum("ij,jk", a[None], b[:, None]), np.einsum("ij->j", a[None]),
-                       np.einsum("ij,k->ik", a[None], b))),
-    Case("einsum_int", lambda a, b: xtpu.einsum("ij,jk->ki", a, b), ins(ints(2, 3), ints(3, 2)),
-         lambda a, b: np.einsum("ij,jk->ki", a, b)),
-    Case("einsum_ellipsis", lambda a, b, c: (xtpu.einsum("...ij,jk->...ik", a, b), xtpu.einsum("...ij,...ij->...", a, c),
-                                             xtpu.einsum("...j,jk", a, b)),
-         ins(normal(2, 3, 4, 5), normal(5, 2), normal(3, 4, 5)),
-         lambda a, b, c: (np.einsum("...ij,jk->...ik", a, b), np.einsum("...ij,...ij->...", a, c),
-                          np.einsum("...j,jk", a, b))),
-    Case("gather_axis0", lambda p, i: xtpu.gather(p, i), ins(normal(5, 3), ints(2, 3, lo=0, hi=5)),
-         lambda p, i: np.take(p, i, axis=0)),
-    Case("gather_axis1_int64_bool", lambda p, i, q: (xtpu.gather(p, i, axis=1), xtpu.gather(q, i, axis=-1)),
-         ins(ints(2, 4, 3, dtype=I64), ints(5, lo=0, hi=3, dtype=I64), bools(3, 3)),
-         lambda p, i, q: (np.take(p, i, axis=1), np.take(q, i, axis=-1))),
-    Case("gather_batch_dims", lambda p, i: (xtpu.gather(p, i, axis=2, batch_dims=1), xtpu.gather(p[:, 0], i, batch_dims=-1)),
-         ins(normal(2, 3, 5), ints(2, 4, lo=0, hi=5)),
-         lambda p, i: (np.stack([np.take(p[b], i[b], axis=1) for b in range(2)]), np.take_along_axis(p[:, 0], i, axis=1))),
-    Case("gather_nd", lambda p, i: (xtpu.gather_nd(p, i), xtpu.gather_nd(p, i[:, :1])),
-         ins(normal(4, 3, 2), ints(5, 2, lo=0, hi=3)),
-         lambda p, i: (_np_gather_nd(p, i), _np_gather_nd(p, i[:, :1]))),
-    Case("tile", lambda x, y: (xtpu.tile(x, [2, 3]), xtpu.tile(y, [3])), ins(normal(2, 3), ints(4)),
-         lambda x, y: (np.tile(x, [2, 3]), np.tile(y, [3]))),
-    Case("where_select_broadcast", lambda c, x, y: (xtpu.where(c, x, y), xtpu.where(c[0], x, 0.0)),
-         ins(bools(3, 4), normal(3, 4), normal(4)),
-         lambda c, x, y: (np.where(c, x, y), np.where(c[0], x, np.float32(0)))),
-    Case("switch_case", lambda i, x: xtpu.switch_case(i, [lambda: x * 2.0, lambda: x - 1.0, lambda: -x]),
-         ins(ints(lo=0, hi=4), normal(3)),
-         lambda i, x: [x * 2, x - 1, -x][min(int(i), 2)]),
-    Case("unsorted_segment_sum", lambda d, s: (xtpu.unsorted_segment_sum(d, s, 4), xtpu.unsorted_segment_sum(d[:, 0], s, 3)),
-         ins(normal(6, 2), ints(6, lo=-1, hi=5)),
-         lambda d, s: (_np_segment_sum(d, s, 4), _np_segment_sum(d[:, 0], s, 3))),
-    Case("unsorted_segment_sum_int_2d_ids", lambda d, s: xtpu.unsorted_segment_sum(d, s, 3),
-         ins(ints(2, 3, 2), ints(2, 3, lo=0, hi=3)), lambda d, s: _np_segment_sum(d, s, 3)),
-    Case("segment_sum", lambda d, i: (xtpu.segment_sum(d, np.array([0, 0, 2, 2, 3])), xtpu.math.segment_sum(i, [1, 1, 1])),
-         ins(normal(5, 2), ints(3)),
-         lambda d, i: (_np_segment_sum(d, np.array([0, 0, 2, 2, 3]), 4), _np_segment_sum(i, np.array([1, 1, 1]), 2))),
-    Case("size_shape", lambda x: (xtpu.size(x), xtpu.shape(x), xtpu.size(x, out_type=xtpu.int64)),
-         ins(normal(2, 3, 4)), lambda x: (np.int32(24), np.array([2, 3, 4], I32), np.int64(24))),
-    Case("expand_dims_squeeze", lambda x: (xtpu.expand_dims(x, 1), xtpu.expand_dims(x, -1), xtpu.squeeze(x[None, :, None]),
-                                           xtpu.squeeze(x[None, :, None], axis=[-1])),
-         ins(normal(3)), lambda x: (x[:, None], x[:, None], x, x[None])),
-    Case("stack_unstack", lambda x, y: (xtpu.stack([x, y]), xtpu.stack([x, y], axis=-1), *xtpu.unstack(x, axis=1)),
-         ins(normal(2, 3), normal(2, 3)),
-         lambda x, y: (np.stack([x, y]), np.stack([x, y], axis=-1), *[x[:, k] for k in range(3)])),
-    Case("clip_by_value", lambda x, lo: (xtpu.clip_by_value(x, -0.5, 0.5), xtpu.clip_by_value(x, lo, 1.0)),
-         ins(normal(3, 4), normal(4)), lambda x, lo: (np.clip(x, -0.5, 0.5), np.minimum(np.maximum(x, lo), 1.0))),
-    Case("zeros_ones_fill", lambda x: (xtpu.zeros([2, 3]), xtpu.ones([2], xtpu.int32), xtpu.fill([2, 2], 7),
-                                       xtpu.zeros_like(x), xtpu.ones_like(x), xtpu.ones_like(x, dtype=xtpu.int64),
-                                       xtpu.zeros([2], xtpu.bool_)),
-         ins(normal(3)),
-         lambda x: (np.zeros((2, 3), F32), np.ones(2, I32), np.full((2, 2), 7, I32), np.zeros_like(x), np.ones_like(x),
-                    np.ones(3, I64), np.zeros(2, bool))),
-    Case("range", lambda x: (xtpu.range(5), xtpu.range(2, 11, 3), xtpu.range(1.0, 2.0, 0.25), xtpu.range(5, 0, -2),
-                             xtpu.range(3, dtype=xtpu.int64)),
-         ins(normal(1)),
-         lambda x: (np.arange(5, dtype=I32), np.arange(2, 11, 3, dtype=I32), np.arange(1.0, 2.0, 0.25, dtype=F32),
-                    np.arange(5, 0, -2, dtype=I32), np.arange(3, dtype=I64))),
-    Case("square_reduce_prod", lambda x, i: (xtpu.square(x), xtpu.reduce_prod(x, axis=1), xtpu.reduce_prod(i),
-                                             xtpu.reduce_prod(x, axis=0, keepdims=True)),
-         ins(normal(2, 3), ints(4, lo=-3, hi=4)),
-         lambda x, i: (x * x, np.prod(x, axis=1), np.prod(i, dtype=I32), np.prod(x, axis=0, keepdims=True))),
-    Case("reduce_any_all", lambda b: (xtpu.reduce_any(b), xtpu.reduce_all(b), xtpu.reduce_any(b, axis=1),
-                                      xtpu.reduce_all(b, axis=0, keepdims=True)),
-         ins(bools(3, 4)), lambda b: (np.any(b), np.all(b), np.any(b, axis=1), np.all(b, axis=0, keepdims=True))),
-    Case("logical", lambda a, b: (xtpu.logical_and(a, b), xtpu.logical_or(a, b), xtpu.logical_not(a),
-                                  xtpu.logical_xor(a, b), xtpu.logical_xor(a, True)),
-         ins(bools(5), bools(5)),
-         lambda a, b: (a & b, a | b, ~a, a ^ b, ~a)),
-    Case("int_floordiv_mod", lambda a, b: (xtpu.floordiv(a, b), xtpu.floormod(a, b), xtpu.mod(a, 3), xtpu.floordiv(a, -4)),
-         ins(ints(12, lo=-20, hi=21), nonzero_ints(12)),
-         lambda a, b: (_np_floordiv(a, b), np.mod(a, b), np.mod(a, 3), _np_floordiv(a, -4))),
-    Case("int64_floordiv_mod", lambda a, b: (xtpu.floordiv(a, b), xtpu.floormod(a, b)),
-         ins(ints(6, lo=-20, hi=21, dtype=I64), nonzero_ints(6, dtype=I64)),
-         lambda a, b: (_np_floordiv(a, b), np.mod(a, b))),
-    Case("float_floordiv_mod", lambda a, b: (xtpu.floordiv(a, b), xtpu.floormod(a, b)),
-         # integer-valued floats: exact quotients, so numpy's formula agrees
-         ins(lambda rng: rng.integers(-20, 21, 8).astype(F32), lambda rng: rng.choice([-4.0, -2.0, 2.0, 4.0], 8).astype(F32)),
-         lambda a, b: (np.floor_divide(a, b), np.mod(a, b))),
+    Case(
+        "einsum_matmul",
+        lambda a, b: xtpu.einsum("ij,jk->ik", a, b),
+        ins(normal(3, 4), normal(4, 2)),
+        lambda a, b: np.einsum("ij,jk->ik", a, b),
+    ),
+    Case(
+        "einsum_batch_transposed_out",
+        lambda a, b: xtpu.einsum("bij,bkj->kbi", a, b),
+        ins(normal(2, 3, 4), normal(2, 5, 4)),
+        lambda a, b: np.einsum("bij,bkj->kbi", a, b),
+    ),
+    Case(
+        "einsum_dot_sum_and_implicit",
+        lambda a, b: (
+            xtpu.einsum("i,i->", a, b),
+            xtpu.einsum("ij,jk", a[None], b[:, None]),
+            xtpu.einsum("ij->j", a[None]),
+            xtpu.einsum("ij,k->ik", a[None], b),
+        ),
+        ins(normal(4), normal(4)),
+        lambda a, b: (
+            np.einsum("i,i->", a, b),
+            np.einsum("ij,jk", a[None], b[:, None]),
+            np.einsum("ij->j", a[None]),
+            np.einsum("ij,k->ik", a[None], b),
+        ),
+    ),
+    Case(
+        "einsum_int",
+        lambda a, b: xtpu.einsum("ij,jk->ki", a, b),
+        ins(ints(2, 3), ints(3, 2)),
+        lambda a, b: np.einsum("ij,jk->ki", a, b),
+    ),
+    Case(
+        "einsum_ellipsis",
+        lambda a, b, c: (
+            xtpu.einsum("...ij,jk->...ik", a, b),
+            xtpu.einsum("...ij,...ij->...", a, c),
+            xtpu.einsum("...j,jk", a, b),
+        ),
+        ins(normal(2, 3, 4, 5), normal(5, 2), normal(3, 4, 5)),
+        lambda a, b, c: (
+            np.einsum("...ij,jk->...ik", a, b),
+            np.einsum("...ij,...ij->...", a, c),
+            np.einsum("...j,jk", a, b),
+        ),
+    ),
+    Case(
+        "gather_axis0",
+        lambda p, i: xtpu.gather(p, i),
+        ins(normal(5, 3), ints(2, 3, lo=0, hi=5)),
+        lambda p, i: np.take(p, i, axis=0),
+    ),
+    Case(
+        "gather_axis1_int64_bool",
+        lambda p, i, q: (xtpu.gather(p, i, axis=1), xtpu.gather(q, i, axis=-1)),
+        ins(ints(2, 4, 3, dtype=I64), ints(5, lo=0, hi=3, dtype=I64), bools(3, 3)),
+        lambda p, i, q: (np.take(p, i, axis=1), np.take(q, i, axis=-1)),
+    ),
+    Case(
+        "gather_batch_dims",
+        lambda p, i: (xtpu.gather(p, i, axis=2, batch_dims=1), xtpu.gather(p[:, 0], i, batch_dims=-1)),
+        ins(normal(2, 3, 5), ints(2, 4, lo=0, hi=5)),
+        lambda p, i: (
+            np.stack([np.take(p[b], i[b], axis=1) for b in range(2)]),
+            np.take_along_axis(p[:, 0], i, axis=1),
+        ),
+    ),
+    Case(
+        "gather_nd",
+        lambda p, i: (xtpu.gather_nd(p, i), xtpu.gather_nd(p, i[:, :1])),
+        ins(normal(4, 3, 2), ints(5, 2, lo=0, hi=3)),
+        lambda p, i: (_np_gather_nd(p, i), _np_gather_nd(p, i[:, :1])),
+    ),
+    Case(
+        "tile",
+        lambda x, y: (xtpu.tile(x, [2, 3]), xtpu.tile(y, [3])),
+        ins(normal(2, 3), ints(4)),
+        lambda x, y: (np.tile(x, [2, 3]), np.tile(y, [3])),
+    ),
+    Case(
+        "where_select_broadcast",
+        lambda c, x, y: (xtpu.where(c, x, y), xtpu.where(c[0], x, 0.0)),
+        ins(bools(3, 4), normal(3, 4), normal(4)),
+        lambda c, x, y: (np.where(c, x, y), np.where(c[0], x, np.float32(0))),
+    ),
+    Case(
+        "switch_case",
+        lambda i, x: xtpu.switch_case(i, [lambda: x * 2.0, lambda: x - 1.0, lambda: -x]),
+        ins(ints(lo=0, hi=4), normal(3)),
+        lambda i, x: [x * 2, x - 1, -x][min(int(i), 2)],
+    ),
+    Case(
+        "unsorted_segment_sum",
+        lambda d, s: (xtpu.unsorted_segment_sum(d, s, 4), xtpu.unsorted_segment_sum(d[:, 0], s, 3)),
+        ins(normal(6, 2), ints(6, lo=-1, hi=5)),
+        lambda d, s: (_np_segment_sum(d, s, 4), _np_segment_sum(d[:, 0], s, 3)),
+    ),
+    Case(
+        "unsorted_segment_sum_int_2d_ids",
+        lambda d, s: xtpu.unsorted_segment_sum(d, s, 3),
+        ins(ints(2, 3, 2), ints(2, 3, lo=0, hi=3)),
+        lambda d, s: _np_segment_sum(d, s, 3),
+    ),
+    Case(
+        "segment_sum",
+        lambda d, i: (xtpu.segment_sum(d, np.array([0, 0, 2, 2, 3])), xtpu.math.segment_sum(i, [1, 1, 1])),
+        ins(normal(5, 2), ints(3)),
+        lambda d, i: (_np_segment_sum(d, np.array([0, 0, 2, 2, 3]), 4), _np_segment_sum(i, np.array([1, 1, 1]), 2)),
+    ),
+    Case(
+        "size_shape",
+        lambda x: (xtpu.size(x), xtpu.shape(x), xtpu.size(x, out_type=xtpu.int64)),
+        ins(normal(2, 3, 4)),
+        lambda x: (np.int32(24), np.array([2, 3, 4], I32), np.int64(24)),
+    ),
+    Case(
+        "expand_dims_squeeze",
+        lambda x: (
+            xtpu.expand_dims(x, 1),
+            xtpu.expand_dims(x, -1),
+            xtpu.squeeze(x[None, :, None]),
+            xtpu.squeeze(x[None, :, None], axis=[-1]),
+        ),
+        ins(normal(3)),
+        lambda x: (x[:, None], x[:, None], x, x[None]),
+    ),
+    Case(
+        "stack_unstack",
+        lambda x, y: (xtpu.stack([x, y]), xtpu.stack([x, y], axis=-1), *xtpu.unstack(x, axis=1)),
+        ins(normal(2, 3), normal(2, 3)),
+        lambda x, y: (np.stack([x, y]), np.stack([x, y], axis=-1), *[x[:, k] for k in range(3)]),
+    ),
+    Case(
+        "clip_by_value",
+        lambda x, lo: (xtpu.clip_by_value(x, -0.5, 0.5), xtpu.clip_by_value(x, lo, 1.0)),
+        ins(normal(3, 4), normal(4)),
+        lambda x, lo: (np.clip(x, -0.5, 0.5), np.minimum(np.maximum(x, lo), 1.0)),
+    ),
+    Case(
+        "zeros_ones_fill",
+        lambda x: (
+            xtpu.zeros([2, 3]),
+            xtpu.ones([2], xtpu.int32),
+            xtpu.fill([2, 2], 7),
+            xtpu.zeros_like(x),
+            xtpu.ones_like(x),
+            xtpu.ones_like(x, dtype=xtpu.int64),
+            xtpu.zeros([2], xtpu.bool_),
+        ),
+        ins(normal(3)),
+        lambda x: (
+            np.zeros((2, 3), F32),
+            np.ones(2, I32),
+            np.full((2, 2), 7, I32),
+            np.zeros_like(x),
+            np.ones_like(x),
+            np.ones(3, I64),
+            np.zeros(2, bool),
+        ),
+    ),
+    Case(
+        "range",
+        lambda x: (
+            xtpu.range(5),
+            xtpu.range(2, 11, 3),
+            xtpu.range(1.0, 2.0, 0.25),
+            xtpu.range(5, 0, -2),
+            xtpu.range(3, dtype=xtpu.int64),
+        ),
+        ins(normal(1)),
+        lambda x: (
+            np.arange(5, dtype=I32),
+            np.arange(2, 11, 3, dtype=I32),
+            np.arange(1.0, 2.0, 0.25, dtype=F32),
+            np.arange(5, 0, -2, dtype=I32),
+            np.arange(3, dtype=I64),
+        ),
+    ),
+    Case(
+        "square_reduce_prod",
+        lambda x, i: (
+            xtpu.square(x),
+            xtpu.reduce_prod(x, axis=1),
+            xtpu.reduce_prod(i),
+            xtpu.reduce_prod(x, axis=0, keepdims=True),
+        ),
+        ins(normal(2, 3), ints(4, lo=-3, hi=4)),
+        lambda x, i: (x * x, np.prod(x, axis=1), np.prod(i, dtype=I32), np.prod(x, axis=0, keepdims=True)),
+    ),
+    Case(
+        "reduce_any_all",
+        lambda b: (
+            xtpu.reduce_any(b),
+            xtpu.reduce_all(b),
+            xtpu.reduce_any(b, axis=1),
+            xtpu.reduce_all(b, axis=0, keepdims=True),
+        ),
+        ins(bools(3, 4)),
+        lambda b: (np.any(b), np.all(b), np.any(b, axis=1), np.all(b, axis=0, keepdims=True)),
+    ),
+    Case(
+        "logical",
+        lambda a, b: (
+            xtpu.logical_and(a, b),
+            xtpu.logical_or(a, b),
+            xtpu.logical_not(a),
+            xtpu.logical_xor(a, b),
+            xtpu.logical_xor(a, True),
+        ),
+        ins(bools(5), bools(5)),
+        lambda a, b: (a & b, a | b, ~a, a ^ b, ~a),
+    ),
+    Case(
+        "int_floordiv_mod",
+        lambda a, b: (xtpu.floordiv(a, b), xtpu.floormod(a, b), xtpu.mod(a, 3), xtpu.floordiv(a, -4)),
+        ins(ints(12, lo=-20, hi=21), nonzero_ints(12)),
+        lambda a, b: (_np_floordiv(a, b), np.mod(a, b), np.mod(a, 3), _np_floordiv(a, -4)),
+    ),
+    Case(
+        "int64_floordiv_mod",
+        lambda a, b: (xtpu.floordiv(a, b), xtpu.floormod(a, b)),
+        ins(ints(6, lo=-20, hi=21, dtype=I64), nonzero_ints(6, dtype=I64)),
+        lambda a, b: (_np_floordiv(a, b), np.mod(a, b)),
+    ),
+    Case(
+        "float_floordiv_mod",
+        lambda a, b: (xtpu.floordiv(a, b), xtpu.floormod(a, b)),
+        # integer-valued floats: exact quotients, so numpy's formula agrees
+        ins(
+            lambda rng: rng.integers(-20, 21, 8).astype(F32),
+            lambda rng: rng.choice([-4.0, -2.0, 2.0, 4.0], 8).astype(F32),
+        ),
+        lambda a, b: (np.floor_divide(a, b), np.mod(a, b)),
+    ),
 ]
 
 
@@ -266,8 +417,10 @@ def test_tf_math_names_are_reachable_under_xtpu_math():
         (lambda: xtpu.math.reduce_all(b, axis=1, keepdims=True), np.all(b, axis=1, keepdims=True)),
         (lambda: xtpu.math.square(i), i * i),
         (lambda: xtpu.math.segment_sum(data, [0, 0, 2]), np.array([[4.0, 6.0], [0.0, 0.0], [5.0, 6.0]])),
-        (lambda: xtpu.math.unsorted_segment_sum(data, np.array([1, -1, 1], I32), 3),
-         np.array([[0.0, 0.0], [6.0, 8.0], [0.0, 0.0]])),  # a negative id's row is dropped (TF's doc)
+        (
+            lambda: xtpu.math.unsorted_segment_sum(data, np.array([1, -1, 1], I32), 3),
+            np.array([[0.0, 0.0], [6.0, 8.0], [0.0, 0.0]]),
+        ),  # a negative id's row is dropped (TF's doc)
         (lambda: xtpu.math.softmax(x), (e(x64) / e(x64).sum(axis=-1, keepdims=True)).astype(F32)),
         (lambda: xtpu.math.log_softmax(x, axis=0), (x64 - np.log(np.exp(x64).sum(axis=0, keepdims=True))).astype(F32)),
     ]
@@ -276,5 +429,6 @@ def test_tf_math_names_are_reachable_under_xtpu_math():
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
         (compiled,) = xtpu.replicate(lambda: fn(), [[]])
-        np.testing.assert_array_equal(np.asarray(compiled if not isinstance(compiled, (list, tuple)) else compiled[0]),
-                                      got)
+        np.testing.assert_array_equal(
+            np.asarray(compiled if not isinstance(compiled, (list, tuple)) else compiled[0]), got
+        )

@@ -52,7 +52,10 @@ def test_runs_a_lowered_module_with_host_code(tmp_path, capsys):
     "make_args, message",
     [
         (lambda d: ["-i", str(d / "x.npy")], "give -i once per replica, got 1"),
-        (lambda d: ["-i", str(d / "x.npy"), "-i", str(d / "bad.npy")], "input 0 of replica 1 must be float32[3], got float32[2]"),
+        (
+            lambda d: ["-i", str(d / "x.npy"), "-i", str(d / "bad.npy")],
+            "input 0 of replica 1 must be float32[3], got float32[2]",
+        ),
         (lambda d: ["-i", str(d / "x.npy"), "-i", str(d / "pickled.npy")], "cannot read"),
         (lambda d: ["-i", str(d / "x.npy"), "-i", str(d / "missing.npy")], "cannot read"),
         (lambda d: ["-i", str(d / "x.npy"), "-i", str(d / "x.txt")], "must be .npy or .npz"),
@@ -91,7 +94,16 @@ def test_a_module_that_does_not_verify(tmp_path, capsys):
 
 def test_console_script_runs(seed_module, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "xtpu.tools.run", str(seed_module), "-i", str(tmp_path / "x.npy"), "-i", str(tmp_path / "x.npy")],
+        [
+            sys.executable,
+            "-m",
+            "xtpu.tools.run",
+            str(seed_module),
+            "-i",
+            str(tmp_path / "x.npy"),
+            "-i",
+            str(tmp_path / "x.npy"),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -133,13 +145,19 @@ def _tool(tool, *args):
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ("tpu-lower-cross-replica-sums", "unknown pass 'tpu-lower-cross-replica-sums' (did you mean tpu-lower-cross-replica-sum?)"),
+        (
+            "tpu-lower-cross-replica-sums",
+            "unknown pass 'tpu-lower-cross-replica-sums' (did you mean tpu-lower-cross-replica-sum?)",
+        ),
         (
             "tpu-mark-outside-compilation{allow-soft-placment=false}",
             "pass 'tpu-mark-outside-compilation' has no option 'allow-soft-placment' (did you mean allow-soft-placement?)",
         ),
         ("canonicalise", "unknown pass 'canonicalise' (did you mean canonicalize"),
-        ("tpu-mark-outside-compilation{", "malformed pass pipeline 'tpu-mark-outside-compilation{': Expected argument name here"),
+        (
+            "tpu-mark-outside-compilation{",
+            "malformed pass pipeline 'tpu-mark-outside-compilation{': Expected argument name here",
+        ),
         ("tpu-mark-outside-compilation{allow-soft-placement=maybe}", "pass 'tpu-mark-outside-compilation': "),
     ],
 )
@@ -155,7 +173,10 @@ def test_xtpu_run_names_the_nearest_pass(seed_module, tmp_path, capsys):
     x = str(tmp_path / "x.npy")
     assert xtpu_run([str(seed_module), "-i", x, "-i", x, "--pipeline", "tpu-outline-outside-compilaton"]) == 1
     err = capsys.readouterr().err
-    assert err == "xtpu-run: --pipeline: unknown pass 'tpu-outline-outside-compilaton' (did you mean tpu-outline-outside-compilation?)\n"
+    assert (
+        err
+        == "xtpu-run: --pipeline: unknown pass 'tpu-outline-outside-compilaton' (did you mean tpu-outline-outside-compilation?)\n"
+    )
 
 
 def test_xtpu_opt_accepts_xdsl_passes_with_options(seed_module):
@@ -180,10 +201,10 @@ def test_a_float_replica_count_is_a_parse_error_in_both_tools(tmp_path, capsys, 
     a = str(tmp_path / "a.npy")
     assert xtpu_run([str(path), "-i", a, "-i", a]) == 1
     err = capsys.readouterr().err
-    assert f"n.mlir:2:53" in err and "tpu.replicate's n must be the number of replicas, an integer" in err
+    assert "n.mlir:2:53" in err and "tpu.replicate's n must be the number of replicas, an integer" in err
     proc = _tool("opt", path)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert f"n.mlir:2:53" in proc.stderr and f"got 2.000000e+00 : {elem}" in proc.stderr
+    assert "n.mlir:2:53" in proc.stderr and f"got 2.000000e+00 : {elem}" in proc.stderr
 
 
 GROUPS = """func.func @main(%a: tensor<f32>, %b: tensor<f32>) -> (tensor<f32>, tensor<f32>) {
@@ -299,7 +320,11 @@ def test_an_unclosed_string_is_a_parse_error_at_once(tmp_path):
     """xDSL 0.74's lexer backtracks exponentially on an unclosed '"' (30
     characters after it on the line took 30 s); xtpu's lexer does not."""
     path = tmp_path / "quote.mlir"
-    path.write_text('func.func @f(%x: tensor<4x2xf32>) {\n  %0 = hlo.negate %x {a = "' + "x" * 60 + "} : tensor<4x2xf32>\n  func.return\n}\n")
+    path.write_text(
+        'func.func @f(%x: tensor<4x2xf32>) {\n  %0 = hlo.negate %x {a = "'
+        + "x" * 60
+        + "} : tensor<4x2xf32>\n  func.return\n}\n"
+    )
     for tool in ("opt", "run"):
         proc = _tool(tool, path)  # times out after 120 s
         assert proc.returncode == 1 and "Traceback" not in proc.stderr

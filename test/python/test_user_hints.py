@@ -29,7 +29,8 @@ def test_a_string_op_on_the_device_without_soft_placement_is_a_value_error_at_th
     assert isinstance(info.value, PassError) and isinstance(info.value, DiagnosticException)
     assert str(info.value) == (
         f"'hlo.string_format' op cannot run on the device (at {HERE}:{line_of(f, 'strings.format')}): it has "
-        "string values; place it in outside_compilation or allow soft placement")
+        "string values; place it in outside_compilation or allow soft placement"
+    )
     # the same program with soft placement compiles and runs: 11.0
     assert xtpu.replicate(f, [[np.float32(1)]])[0][0] == 11.0
 
@@ -42,7 +43,8 @@ def test_numpy_function_on_a_traced_value_names_the_xtpu_op():
         xtpu.replicate(f, [[X]])
     assert str(info.value).startswith(
         "numpy.exp cannot take a traced xtpu.Tensor: its value is only known when the program runs; "
-        "use xtpu.math.exp, which traces")
+        "use xtpu.math.exp, which traces"
+    )
     assert f"(at {HERE}:{line_of(f, 'np.exp')})" in str(info.value)
     # the op it names does the job
     got = xtpu.replicate(lambda x: xtpu.math.exp(x), [[X]])[0][0]
@@ -58,8 +60,11 @@ def test_numpy_function_without_an_xtpu_op_and_in_place_updates_say_so():
         a += x
         return x
 
-    with pytest.raises(TypeError, match=r"numpy.add cannot take a traced xtpu.Tensor: .*instead of updating an "
-                                        r"array in place"):
+    with pytest.raises(
+        TypeError,
+        match=r"numpy.add cannot take a traced xtpu.Tensor: .*instead of updating an "
+        r"array in place",
+    ):
         xtpu.replicate(inplace, [[X]])
 
 
