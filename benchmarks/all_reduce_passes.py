@@ -115,7 +115,7 @@ def main() -> None:
     if args.backend == "mpi":
         import builtins
 
-        import xtpu.distributed
+        import xtpu.replication.distributed
 
         xtpu.distributed.initialize()
         if xtpu.distributed.process_index() != 0:

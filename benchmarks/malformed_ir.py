@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def program_modules() -> list[tuple[str, str, str]]:
     """(name, text, passes for xtpu-opt -p) of traced and lowered xtpu programs."""
     import xtpu
-    from xtpu.replication import default_pipeline
+    from xtpu.replication.program import default_pipeline
 
     rng = np.random.default_rng(0)
     out = []
@@ -331,9 +331,9 @@ def _inputs_for(text: str, path: str, workdir: str) -> list[str]:
     try:
         from xdsl.dialects import func
 
+        from xtpu.core.pipeline import parse_module
         from xtpu.dialects import tpu
         from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
-        from xtpu.pipeline import parse_module
 
         # xtpu's parser: xDSL's lexer backtracks exponentially on an
         # unclosed string literal (a mutant hung here).

@@ -155,7 +155,7 @@ def main() -> None:
     if args.pool_worker:
         pool_worker(args.repeats)
         return
-    from xtpu.launch import find_mpiexec
+    from xtpu.tools.launch import find_mpiexec
 
     t_threads, gw_threads = bench_mlp_step(args.repeats)
     from threadpoolctl import threadpool_limits

@@ -19,26 +19,30 @@ computation every op runs eagerly on numpy arrays.
 # installed on ``Tensor`` by ``xtpu.ops.operators``, the log level read from
 # ``XTPU_LOG``, ...) has happened before the first name is handed out.
 # Any other ``xtpu.<submodule>`` imports that module alone; a submodule named
-# like an API name (``xtpu.function``) is bound only once the API is loaded
+# like an API name (``xtpu.train``) is bound only once the API is loaded
 # (``_Package``), so the name always reads as the API's value.
 #
-# To export a new name, add it to ``_API`` under the module that defines it
-# (a module with ``()`` is bound under its own last name, as ``from xtpu
-# import math`` binds it) and to ``__all__`` if it is public; do not import
-# API modules at the top of this file (test_lazy_import checks that
-# ``xtpu-opt`` still starts without them).
+# To export a new name, add it to ``_API`` under the module that defines it,
+# or a new public namespace to ``_NAMESPACES``, and to ``__all__`` if it is
+# public; do not import API modules at the top of this file
+# (test_lazy_import checks that ``xtpu-opt`` still starts without them).
+# Module paths of the flat layout before the rooms of issue 24 stay
+# importable through ``_MOVED``.
 
+import importlib as _importlib
+import importlib.abc as _importlib_abc
+import importlib.util as _importlib_util
 import sys as _sys
+import threading as _threading
 import types as _types
 
-from xtpu.about import __version__  # noqa: F401
+from xtpu.about import __version__
 
 _API: dict[str, tuple[str, ...]] = {
     "xtpu.math": (),
     "xtpu.nn": (),
     "xtpu.strings": (),
-    "xtpu.summary": (),
-    "xtpu.ops.operators": (),  # installs the Python operators on Tensor
+    "xtpu.ops.operators": (),  # installs the Python operators on Tensor and EagerTensor
     "xtpu.ops.control_flow": ("cond", "while_loop"),
     "xtpu.ops.sharding_ops": ("assign_to_logical_device", "replicate_to_logical_devices", "split_to_logical_devices"),
     "xtpu.ops.array_ops": ("concat", "constant", "one_hot", "replica_id", "reshape", "transpose"),
@@ -55,7 +59,7 @@ _API: dict[str, tuple[str, ...]] = {
         "reduce_sum",
     ),
     "xtpu.ops.string_ops": ("print",),
-    "xtpu.replication": (
+    "xtpu.replication.program": (
         "Compiled",
         "Lowered",
         "XLAOptions",
@@ -64,18 +68,20 @@ _API: dict[str, tuple[str, ...]] = {
         "outside_compilation",
         "replicate",
     ),
-    "xtpu.tracing": ("Tensor",),
-    "xtpu.padding": ("PaddingSpec", "TensorShape"),
-    "xtpu.infeed": ("InfeedQueue",),
-    "xtpu.collectives": ("all_to_all", "collective_permute"),
-    "xtpu.gradients": ("UnconnectedGradients", "custom_gradient", "gradients", "stop_gradient"),
-    "xtpu.tape": ("EagerTensor", "GradientTape"),
-    "xtpu.topology": ("Topology", "initialize_tpu_system"),
-    "xtpu.device_assignment": ("DeviceAssignment", "DeviceOrderMode"),
+    "xtpu.core.tracing": ("Tensor",),
+    "xtpu.replication.padding": ("PaddingSpec", "TensorShape"),
+    "xtpu.replication.infeed": ("InfeedQueue",),
+    "xtpu.replication.collectives": ("all_to_all", "collective_permute"),
+    "xtpu.autodiff.gradients": ("UnconnectedGradients", "gradients", "stop_gradient"),
+    "xtpu.autodiff.custom_gradient": ("custom_gradient",),
+    "xtpu.core.eager": ("EagerTensor",),
+    "xtpu.autodiff.tape": ("GradientTape",),
+    "xtpu.replication.topology": ("Topology", "initialize_tpu_system"),
+    "xtpu.replication.device_assignment": ("DeviceAssignment", "DeviceOrderMode"),
     # Distribution strategy (issue 5).
-    "xtpu.distribute_values": ("Mirrored", "PerReplica", "ReduceOp", "VariableAggregation", "VariableSynchronization"),
-    "xtpu.variables": ("Variable",),
-    "xtpu.strategy": (
+    "xtpu.distribute.values": ("Mirrored", "PerReplica", "ReduceOp", "VariableAggregation", "VariableSynchronization"),
+    "xtpu.distribute.variables": ("Variable",),
+    "xtpu.distribute.strategy": (
         "TPUClusterResolver",
         "TPUStrategy",
         "get_replica_context",
@@ -84,22 +90,9 @@ _API: dict[str, tuple[str, ...]] = {
         "has_strategy",
         "in_cross_replica_context",
     ),
-    # Optimizers: TF 1 (xtpu.train, xtpu.tpu.CrossShardOptimizer) and TF 2 (xtpu.optimizers).
-    "xtpu.keras": (),
-    "xtpu.losses": (),
-    "xtpu.optimizers": (),
-    "xtpu.tpu": (),
-    "xtpu.train": (),
-    "xtpu.distributed": (),  # multi-process runtime, issue 12
-    "xtpu.config": (),  # tf.config.threading: the core budget
-    "xtpu.profiler": (),  # Chrome trace-event traces
     # tf.function (issue 15).
-    "xtpu.function": ("TensorSpec", "function"),
-    "xtpu.data": (),  # tf.data
-    "xtpu.distribute": (),  # tf.distribute
-    "xtpu.random": (),  # tf.random
-    "xtpu.input_lib": ("Optional",),
-    "xtpu.experimental": (),  # tf.experimental.Optional
+    "xtpu.distribute.function": ("TensorSpec", "function"),
+    "xtpu.distribute.input_lib": ("Optional",),
     # TF 2's top-level ops (issue 15); those TF has only under tf.math are here
     # too until the fuzzer generates them (test_fuzz checks xtpu.math's names).
     "xtpu.ops.construction_ops": ("fill", "ones", "ones_like", "range", "shape", "size", "zeros", "zeros_like"),
@@ -119,7 +112,88 @@ _API: dict[str, tuple[str, ...]] = {
     "xtpu.ops.shape_ops": ("expand_dims", "squeeze", "stack", "tile", "unstack"),
     "xtpu.ops.switch_case": ("switch_case",),
 }
-"""Module -> the names ``xtpu`` exports from it, in import order."""
+"""Module -> the names ``xtpu`` exports from it, in import order (a module
+with ``()`` is imported for its side effects, or is a namespace below)."""
+
+_NAMESPACES: dict[str, str] = {
+    "math": "xtpu.math",
+    "nn": "xtpu.nn",
+    "strings": "xtpu.strings",
+    "summary": "xtpu.ops.summary_ops",
+    # Optimizers: TF 1 (xtpu.train, xtpu.tpu.CrossShardOptimizer) and TF 2 (xtpu.optimizers).
+    "keras": "xtpu.keras",
+    "losses": "xtpu.train.losses",
+    "optimizers": "xtpu.train.optimizers",
+    "train": "xtpu.train",
+    "tpu": "xtpu.tpu",
+    "distributed": "xtpu.replication.distributed",  # multi-process runtime, issue 12
+    "config": "xtpu.config",  # tf.config.threading: the core budget
+    "profiler": "xtpu.profiler",  # Chrome trace-event traces
+    "data": "xtpu.data",  # tf.data
+    "distribute": "xtpu.distribute",  # tf.distribute
+    "random": "xtpu.random",  # tf.random
+    "experimental": "xtpu.experimental",  # tf.experimental.Optional
+}
+"""The public namespaces: ``xtpu.<name>`` -> the module that holds it."""
+
+_MOVED: dict[str, str] = {
+    "xtpu.tracing": "xtpu.core.tracing",
+    "xtpu.pytree": "xtpu.core.pytree",
+    "xtpu.log": "xtpu.core.log",
+    "xtpu.gc_pause": "xtpu.core.gc_pause",
+    "xtpu.pipeline": "xtpu.core.pipeline",
+    "xtpu.gradients": "xtpu.autodiff.gradients",
+    "xtpu.gradients_control_flow": "xtpu.autodiff.gradients_control_flow",
+    "xtpu.tape": "xtpu.autodiff.tape",
+    "xtpu.collectives": "xtpu.replication.collectives",
+    "xtpu.topology": "xtpu.replication.topology",
+    "xtpu.device_assignment": "xtpu.replication.device_assignment",
+    "xtpu.infeed": "xtpu.replication.infeed",
+    "xtpu.padding": "xtpu.replication.padding",
+    "xtpu.distributed": "xtpu.replication.distributed",
+    "xtpu.distribute_values": "xtpu.distribute.values",
+    "xtpu.distribute_context": "xtpu.distribute.context",
+    "xtpu.variables": "xtpu.distribute.variables",
+    "xtpu.function": "xtpu.distribute.function",
+    "xtpu.input_lib": "xtpu.distribute.input_lib",
+    "xtpu.strategy": "xtpu.distribute.strategy",
+    "xtpu.run_arguments": "xtpu.distribute.run_arguments",
+    "xtpu.optimizer_util": "xtpu.train.optimizer_util",
+    "xtpu.optimizers": "xtpu.train.optimizers",
+    "xtpu.checkpoint": "xtpu.train.checkpoint",
+    "xtpu.losses": "xtpu.train.losses",
+    "xtpu.summary": "xtpu.ops.summary_ops",
+    "xtpu.launch": "xtpu.tools.launch",
+    "xtpu.universe": "xtpu.tools.universe",
+}
+"""Module paths of the flat layout before the rooms (issue 24) -> where the
+module is now: ``import xtpu.tracing`` and ``python -m xtpu.launch`` keep
+working and give the module itself (not a copy)."""
+
+
+class _MovedModuleFinder(_importlib_abc.MetaPathFinder, _importlib_abc.Loader):
+    """Resolves an old module path (:data:`_MOVED`) to the module at its new
+    path, so both names are one module object."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _MOVED:
+            return None
+        return _importlib_util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        return _importlib.import_module(_MOVED[spec.name])
+
+    def exec_module(self, module) -> None:
+        """The module ran under its new name already."""
+
+    def get_code(self, fullname):
+        """For ``python -m <old path>`` (runpy)."""
+        real = _MOVED[fullname]
+        return _importlib_util.find_spec(real).loader.get_code(real)
+
+
+if not any(isinstance(f, _MovedModuleFinder) for f in _sys.meta_path):
+    _sys.meta_path.append(_MovedModuleFinder())
 
 __all__ = [
     "replicate",
@@ -233,37 +307,53 @@ __all__ += [
     "switch_case",
 ]
 
+# The public extras of xtpu beside TF's names: the version, the IR's
+# ``lower``/``compile`` stages, and the multi-process and profiler namespaces.
+__all__ += [
+    "__version__",
+    "config",
+    "profiler",
+    "distributed",
+    "EagerTensor",
+    "VariableSynchronization",
+    "Optional",
+    "DeviceOrderMode",
+]
+
+__all__ = list(dict.fromkeys(__all__))
+
 _api_loaded = False
+_api_lock = _threading.RLock()
 
 
 def _load_api() -> None:
-    """Import the modules of ``_API`` in order and bind their names here
-    (once; later reads find them in the module's namespace)."""
+    """Import the modules of ``_API`` and ``_NAMESPACES`` in order and bind
+    their names here, once; later reads find them in the module's namespace.
+
+    Thread-safe (issue 25): the first reads from several threads at once
+    wait for one load, and no thread sees a half-bound namespace, since
+    ``_api_loaded`` is set only after every name is bound."""
     global _api_loaded
     if _api_loaded:
         return
-    import importlib
-
-    _api_loaded = True
-    g = globals()
-    try:
-        importlib.import_module("xtpu.dialects")  # the dialects first, as the API's modules build on them
+    with _api_lock:
+        if _api_loaded:
+            return
+        g = globals()
+        _importlib.import_module("xtpu.dialects")  # the dialects first, as the API's modules build on them
         for module_name, names in _API.items():
-            module = importlib.import_module(module_name)
-            if not names:
-                g[module_name.rsplit(".", 1)[1]] = module
+            module = _importlib.import_module(module_name)
             for name in names:
                 g[name] = getattr(module, name)
-    except BaseException:
-        _api_loaded = False
-        raise
+        for name, module_name in _NAMESPACES.items():
+            g[name] = _importlib.import_module(module_name)
+        _api_loaded = True
 
 
 def __getattr__(name: str):
-    """PEP 562: an API name (``_API``) loads the API, see the comment at the
-    top; any other ``xtpu.<submodule>`` (``xtpu.pipeline``, ``from xtpu
-    import pytree``) imports that submodule alone, as ``import
-    xtpu.<submodule>`` does.
+    """PEP 562: an API name loads the API, see the comment at the top; any
+    other ``xtpu.<submodule>`` (``from xtpu import tools``) imports that
+    submodule alone, as ``import xtpu.<submodule>`` does.
 
     Raises:
       AttributeError: ``name`` is neither an API name nor a submodule.
@@ -272,28 +362,26 @@ def __getattr__(name: str):
         _load_api()
         return globals()[name]
     if not name.startswith("__"):
-        import importlib.util
-
-        if importlib.util.find_spec(f"xtpu.{name}") is not None:
-            return importlib.import_module(f"xtpu.{name}")
+        if f"xtpu.{name}" in _MOVED or _importlib_util.find_spec(f"xtpu.{name}") is not None:
+            return _importlib.import_module(f"xtpu.{name}")
     raise AttributeError(f"module 'xtpu' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    """The module's names with the API's (loads the API)."""
-    _load_api()
-    return sorted(globals())
+    """TF's names and xtpu's documented extras (``__all__``), nothing internal."""
+    return sorted(__all__)
 
 
-_API_NAMES = frozenset(n for m, names in _API.items() for n in (names or (m.rsplit(".", 1)[1],)))
+_API_NAMES = frozenset([n for names in _API.values() for n in names] + list(_NAMESPACES))
 
 
 class _Package(_types.ModuleType):
     """``xtpu``'s module type: before the API is loaded, the import system's
-    binding of a submodule named like an API name (``import xtpu.function``
-    binds the module ``xtpu.function`` where the API's ``xtpu.function`` is
-    tf.function's decorator) is not kept, so reading the name loads the API
-    and gives the API's value, as the eager import did."""
+    binding of a submodule named like an API name (``import xtpu.train``
+    binds the package ``xtpu.train``, which is also the API's ``xtpu.train``;
+    ``xtpu.random`` likewise) is kept only once the API has bound it, so
+    reading the name always loads the API first and every import-time effect
+    of the API has happened before the name is handed out."""
 
     def __setattr__(self, name: str, value) -> None:
         if not _api_loaded and name in _API_NAMES and isinstance(value, _types.ModuleType):

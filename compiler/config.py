@@ -41,3 +41,8 @@ def experimental_connect_to_cluster(
 
 
 __all__ = ["experimental_connect_to_cluster", "threading"]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``), nothing internal."""
+    return sorted(__all__)

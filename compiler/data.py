@@ -32,7 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from xtpu import pytree
+from xtpu.core import pytree
+from xtpu.core.eager import as_eager_tensor
+from xtpu.core.tracing import to_numpy
+from xtpu.dialects.tensor_spec import dtype_of_numpy
+from xtpu.distribute.function import TensorSpec
+from xtpu.ops.core import dtype_name
 
 AUTOTUNE = -1
 INFINITE_CARDINALITY = -1
@@ -40,8 +45,6 @@ UNKNOWN_CARDINALITY = -2
 
 
 def _np(x: Any) -> np.ndarray:
-    from xtpu.tracing import to_numpy
-
     if isinstance(x, np.ndarray):
         return np.asarray(x)
     return to_numpy(x)
@@ -53,16 +56,11 @@ def _as_structure(element: Any) -> Any:
 
 
 def _to_eager(element: Any) -> Any:
-    from xtpu.tape import as_eager_tensor
-
     leaves, td = pytree.flatten(element)
     return pytree.unflatten(td, [as_eager_tensor(x) if x.dtype.kind in "biuf" else x for x in leaves])
 
 
 def _spec_of(element: Any, batch_dim: Any = "none") -> Any:
-    from xtpu.dialects.tensor_spec import dtype_of_numpy
-    from xtpu.function import TensorSpec
-
     leaves, td = pytree.flatten(element)
     specs = []
     for x in leaves:
@@ -123,8 +121,6 @@ class Dataset:
     def range(*args: int, dtype: Any = "int64", name: str | None = None) -> Dataset:
         """``range(stop)``, ``range(start, stop[, step])`` as int64 scalars
         (Python's ``range``)."""
-        from xtpu.ops.core import dtype_name
-
         r = range(*[int(a) for a in args])
         dt = np.dtype(dtype_name(dtype))
         return Dataset(lambda: (np.asarray(i, dtype=dt) for i in r), _spec_of(np.asarray(0, dtype=dt)), len(r))
@@ -229,8 +225,6 @@ class Dataset:
                 yield pytree.unflatten(td, [np.stack([lv[0][j] for lv in leaves]) for j in range(td.num_leaves)])
 
         def spec():
-            from xtpu.function import TensorSpec
-
             inner = self.element_spec
             if inner is None:
                 return None
@@ -379,3 +373,8 @@ class _Prefetcher:
 
 
 __all__ = ["AUTOTUNE", "Dataset", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY"]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``), nothing internal."""
+    return sorted(__all__)

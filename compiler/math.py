@@ -1,7 +1,7 @@
 """``xtpu.math``: TF's ``tf.math`` ops (see :mod:`xtpu.ops.math_ops`)."""
 
-from xtpu.ops.gather_ops import segment_sum, unsorted_segment_sum  # noqa: F401
-from xtpu.ops.math_ops import (  # noqa: F401
+from xtpu.ops.gather_ops import segment_sum, unsorted_segment_sum
+from xtpu.ops.math_ops import (
     abs,
     add,
     argmax,
@@ -34,7 +34,7 @@ from xtpu.ops.math_ops import (  # noqa: F401
     tanh,
     truediv,
 )
-from xtpu.ops.more_math_ops import (  # noqa: F401
+from xtpu.ops.more_math_ops import (
     floordiv,
     floormod,
     logical_xor,
@@ -44,4 +44,55 @@ from xtpu.ops.more_math_ops import (  # noqa: F401
     reduce_prod,
     square,
 )
-from xtpu.ops.nn_ops import log_softmax, softmax  # noqa: F401  (tf.math.softmax is tf.nn.softmax)
+from xtpu.ops.nn_ops import log_softmax, softmax  # tf.math.softmax is tf.nn.softmax
+
+__all__ = [
+    "segment_sum",
+    "unsorted_segment_sum",
+    "abs",
+    "add",
+    "argmax",
+    "cast",
+    "divide",
+    "equal",
+    "exp",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "log",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "matmul",
+    "maximum",
+    "minimum",
+    "multiply",
+    "negative",
+    "not_equal",
+    "pow",
+    "reduce_max",
+    "reduce_mean",
+    "reduce_min",
+    "reduce_sum",
+    "sigmoid",
+    "sqrt",
+    "subtract",
+    "tanh",
+    "truediv",
+    "floordiv",
+    "floormod",
+    "logical_xor",
+    "mod",
+    "reduce_all",
+    "reduce_any",
+    "reduce_prod",
+    "square",
+    "log_softmax",
+    "softmax",
+]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``), nothing internal."""
+    return sorted(__all__)

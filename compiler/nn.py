@@ -1,3 +1,10 @@
 """``xtpu.nn``: TF's ``tf.nn`` activations (see :mod:`xtpu.ops.nn_ops`)."""
 
-from xtpu.ops.nn_ops import log_softmax, relu, sigmoid, softmax  # noqa: F401
+from xtpu.ops.nn_ops import log_softmax, relu, sigmoid, softmax
+
+__all__ = ["log_softmax", "relu", "sigmoid", "softmax"]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``), nothing internal."""
+    return sorted(__all__)

@@ -9,3 +9,8 @@ whole process; the file opens in Perfetto and chrome://tracing. See
 from xtpu.runtime.profiler import is_tracing, start_trace, stop_trace, trace
 
 __all__ = ["trace", "start_trace", "stop_trace", "is_tracing"]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``), nothing internal."""
+    return sorted(__all__)

@@ -35,10 +35,18 @@ from typing import Any
 
 import numpy as np
 
+from xtpu.core.tracing import Tensor, bind, convert, current_trace, read_if_variable
 from xtpu.dialects import hlo
 from xtpu.dialects.hlo_random import RngBitGeneratorOp
+from xtpu.distribute.strategy import current_run_state
+from xtpu.distribute.values import VariableAggregation
+from xtpu.distribute.variables import Variable
+from xtpu.ops.array_ops import concat, getitem, replica_id, reshape
 from xtpu.ops.core import broadcast_to, dtype_name, scalar
-from xtpu.tracing import Tensor, bind, convert, read_if_variable
+from xtpu.ops.gather_ops import where
+from xtpu.ops.math_ops import abs as abs_
+from xtpu.ops.math_ops import add, divide, exp, log, multiply, negative, sqrt, subtract
+from xtpu.ops.more_math_ops import floormod
 
 _WEYL64 = np.int64(np.uint64(0x9E3779B97F4A7C15).view(np.int64))
 
@@ -60,7 +68,6 @@ def _state_from_seed(seed: Any) -> Any:
         raise ValueError(f"seed must be an int32 or int64 tensor of shape [2], got {s.dtype}{list(s.shape)}")
     if s.dtype == "int32":
         (s,) = bind(hlo.ConvertOp, [s], dtype="int64")
-    from xtpu.ops.array_ops import concat, getitem
 
     zero = convert(np.zeros(1, np.int64))
     return concat([getitem(s, slice(0, 1)), zero, getitem(s, slice(1, 2))], 0)
@@ -97,7 +104,6 @@ def _uniform_from_state(state: Any, shape: tuple[int, ...], minval: Any, maxval:
             raise TypeError("random: integer minval / maxval must be static")
         if hi.shape or lo.shape or hi <= lo:
             raise ValueError(f"random: need scalar minval < maxval, got {minval}, {maxval}")
-        from xtpu.ops.more_math_ops import floormod
 
         r = floormod(words, np.int64(hi - lo))
         (r,) = bind(hlo.AddOp, [r, broadcast_to(scalar(int(lo), "int64"), shape)])
@@ -110,7 +116,6 @@ def _uniform_from_state(state: Any, shape: tuple[int, ...], minval: Any, maxval:
     elif dtype == "float64":
         n = int(np.prod(shape, dtype=np.int64))
         new_state, words = _bits(state, (2 * n,))
-        from xtpu.ops.array_ops import reshape
 
         pairs = reshape(words, (n, 2)) if n else reshape(words, (0, 2))
         hi_w = reshape(pairs[:, 0:1], shape)
@@ -121,7 +126,6 @@ def _uniform_from_state(state: Any, shape: tuple[int, ...], minval: Any, maxval:
         raise TypeError(f"random: unsupported dtype {dtype}")
     if minval is None and maxval is None:
         return new_state, u
-    from xtpu.ops.math_ops import add, multiply, subtract
 
     lo = 0.0 if minval is None else minval
     hi = 1.0 if maxval is None else maxval
@@ -150,8 +154,6 @@ _P_LOW = 0.02425
 
 
 def _polyval(coeffs: tuple[float, ...], x: Any, dtype: str) -> Any:
-    from xtpu.ops.math_ops import add, multiply
-
     out = broadcast_to(scalar(coeffs[0], dtype), tuple(x.shape))
     for c in coeffs[1:]:
         out = add(multiply(out, x), scalar(c, dtype))
@@ -163,9 +165,6 @@ def ndtri(p: Any) -> Any:
     algorithm: a rational function in the centre, of ``sqrt(-2 log p)`` in
     the tails, then one Halley step; absolute error below 3e-7 in float64
     for p in [1e-9, 1 - 1e-9]).  Built from xtpu ops, float32 or float64."""
-    from xtpu.ops.gather_ops import where
-    from xtpu.ops.math_ops import add, divide, exp, log, multiply, negative, sqrt, subtract
-
     p = convert(p)
     dt = p.dtype
     one = scalar(1.0, dt)
@@ -201,10 +200,6 @@ _ERFC = (
 
 def _erfc(z: Any) -> Any:
     """erfc(z) by Numerical Recipes' Chebyshev fit (erfcc), from xtpu ops."""
-    from xtpu.ops.gather_ops import where
-    from xtpu.ops.math_ops import abs as abs_
-    from xtpu.ops.math_ops import add, divide, exp, multiply, negative, subtract
-
     dt = z.dtype
     az = abs_(z)
     t = divide(scalar(1.0, dt), add(scalar(1.0, dt), multiply(az, scalar(0.5, dt))))
@@ -219,7 +214,6 @@ def _normal_from_state(state: Any, shape: tuple[int, ...], mean: Any, stddev: An
     half = _to_float(_div(words, 512), dtype)
     (half,) = bind(hlo.AddOp, [half, broadcast_to(scalar(0.5, dtype), shape)])
     z = ndtri(_mul_const(half, 2.0**-23, dtype))
-    from xtpu.ops.math_ops import add, multiply
 
     return new_state, add(multiply(z, stddev), mean)
 
@@ -274,9 +268,6 @@ class Generator:
     """
 
     def __init__(self, state: Any, alg: Any = "philox"):
-        from xtpu.distribute_values import VariableAggregation
-        from xtpu.variables import Variable
-
         if str(alg).lower() not in ("philox", "rng_alg_philox", "1"):
             raise ValueError(f"xtpu.random.Generator implements the Philox algorithm, got {alg!r}")
         self.state = Variable(
@@ -296,9 +287,6 @@ class Generator:
         return "philox"
 
     def _draw(self, fn, *args):
-        from xtpu.strategy import current_run_state
-        from xtpu.tracing import current_trace
-
         state = self.state.read_value()
         run = current_run_state()
         per_replica = (
@@ -309,19 +297,14 @@ class Generator:
             and self.state.mirrored
         )
         if per_replica:
-            from xtpu.ops.array_ops import concat, getitem, replica_id
-
             (rid,) = bind(hlo.ConvertOp, [replica_id()], dtype="int64")
             key = getitem(state, slice(0, 1))
             (fold,) = bind(hlo.MultiplyOp, [rid, scalar(_WEYL64, "int64")])
-            from xtpu.ops.array_ops import reshape
 
             (key,) = bind(hlo.AddOp, [key, reshape(fold, (1,))])
             state = concat([key, getitem(state, slice(1, 3))], 0)
         new_state, out = fn(convert(state), *args)
         if per_replica:
-            from xtpu.ops.array_ops import concat, getitem
-
             new_state = concat(
                 [getitem(convert(self.state.read_value()), slice(0, 1)), getitem(new_state, slice(1, 3))], 0
             )
@@ -346,3 +329,8 @@ class Generator:
 
 
 __all__ = ["Generator", "ndtri", "stateless_normal", "stateless_uniform"]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``), nothing internal."""
+    return sorted(__all__)

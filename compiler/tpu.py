@@ -9,11 +9,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from xtpu import losses
-from xtpu import optimizer_util as util
-from xtpu.replication import cross_replica_sum, outside_compilation, replicate
-from xtpu.tracing import current_trace
-from xtpu.train import Optimizer
+from xtpu.core.tracing import current_trace
+from xtpu.distribute.strategy import get_replica_context, in_cross_replica_context
+from xtpu.replication.device_assignment import DeviceAssignment
+from xtpu.replication.program import cross_replica_sum, outside_compilation, replicate
+from xtpu.replication.topology import Topology, initialize_tpu_system
+from xtpu.train import losses
+from xtpu.train import optimizer_util as util
+from xtpu.train.optimizer_v1 import Optimizer
 
 logger = logging.getLogger("xtpu")
 
@@ -21,9 +24,6 @@ logger = logging.getLogger("xtpu")
 def _experimental():
     """``xtpu.tpu.experimental``: TF 2's ``tf.tpu.experimental`` names."""
     import types
-
-    from xtpu.device_assignment import DeviceAssignment
-    from xtpu.topology import Topology, initialize_tpu_system
 
     return types.SimpleNamespace(
         initialize_tpu_system=initialize_tpu_system, DeviceAssignment=DeviceAssignment, Topology=Topology
@@ -150,8 +150,6 @@ class CrossShardOptimizer(Optimizer):
     def apply_gradients(self, grads_and_vars: Any, global_step: Any = None, name: str | None = None) -> Any:
         """Sum every gradient over the replicas (``cross_replica_sum`` with
         ``group_assignment``), then apply the sums with the wrapped optimizer."""
-        from xtpu.strategy import get_replica_context, in_cross_replica_context
-
         where = util.context()
         if where == "replicate":
             raise NotImplementedError(util.BARE_REPLICATE.format(what="CrossShardOptimizer.apply_gradients"))
@@ -189,3 +187,8 @@ class CrossShardOptimizer(Optimizer):
 
 
 __all__ = ["CrossShardOptimizer", "replicate", "outside_compilation", "cross_replica_sum"]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``), nothing internal."""
+    return sorted(__all__)

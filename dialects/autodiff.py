@@ -32,6 +32,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import Pure
 
+from xtpu.dialects import vjp_util
 from xtpu.dialects.primitive import IntParam, PrimitiveOp, ShapeError, StrParam
 from xtpu.dialects.tensor_spec import TensorSpec
 
@@ -127,19 +128,17 @@ class CustomGradientOp(PrimitiveOp):
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, rule=None, num_outputs=0, **_):
         """The user's ``grad_fn(*cotangents)`` gives the inputs' cotangents."""
-        from xtpu import pytree
-        from xtpu.tracing import convert, is_tensor_like, spec_of
-
+        b = vjp_util.builder()
         fn = lookup_rule(rule)
         n_in = len(inputs) - num_outputs
         grads = fn(*cotangents)
         leaves = list(grads) if isinstance(grads, (list, tuple)) else [grads]
-        leaves, _ = pytree.flatten(leaves, is_leaf=lambda v: v is None)
+        leaves, _ = b.flatten(leaves, is_leaf=lambda v: v is None)
         if len(leaves) != n_in:
             raise ValueError(f"custom_gradient rule '{rule}' returned {len(leaves)} gradients for {n_in} inputs")
         # Python numbers take their input's dtype (TF converts them).
         leaves = [
-            g if g is None or is_tensor_like(g) else convert(g, spec_of(x).dtype)
+            g if g is None or b.is_tensor_like(g) else b.convert(g, b.spec_of(x).dtype)
             for g, x in zip(leaves, inputs[num_outputs:])
         ]
         return [None] * num_outputs + leaves

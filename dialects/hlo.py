@@ -53,7 +53,7 @@ from xtpu.dialects.primitive import (
     array_from_dense,
     dense_from_array,
 )
-from xtpu.dialects.tensor_spec import StringType, TensorSpec, numpy_dtype
+from xtpu.dialects.tensor_spec import StringType, TensorSpec, dtype_of_numpy, numpy_dtype
 
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
@@ -658,8 +658,6 @@ class ConstantOp(PrimitiveOp):
 
     @classmethod
     def infer(cls, specs, value=None, **_):
-        from xtpu.dialects.tensor_spec import dtype_of_numpy
-
         arr = np.asarray(value)
         return [TensorSpec(arr.shape, dtype_of_numpy(arr.dtype))]
 

@@ -42,6 +42,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec
+from xtpu.runtime.errors import ReplicasDiverged
 
 
 @irdl_op_definition
@@ -136,8 +137,6 @@ def _agreed(op, preds) -> bool:
     """The replicas' common predicate; ``ReplicasDiverged`` when they differ."""
     first = bool(preds[0])
     if any(bool(p) != first for p in preds):
-        from xtpu.runtime.errors import ReplicasDiverged
-
         raise ReplicasDiverged(op.name, [bool(p) for p in preds])
     return first
 

@@ -37,7 +37,7 @@ from xdsl.traits import OpTrait
 from xdsl.utils.exceptions import VerifyException
 
 from xtpu.dialects import dense_syntax
-from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
+from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy, numpy_dtype
 
 # Float dense<...> attributes print and parse bit for bit (inf, nan, -0.0):
 # xDSL 0.74 reads MLIR's hex bit patterns back as integers (see dense_syntax).
@@ -158,8 +158,6 @@ def dense_from_array(arr: np.ndarray) -> DenseIntOrFPElementsAttr:
     Small values (up to 64 bytes) get one shared attribute per dtype, shape
     and bytes (attributes are immutable, as MLIR's uniqued ones): the
     thousands of ``1.0`` a traced program holds are one attribute."""
-    from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy
-
     dtype = dtype_of_numpy(arr.dtype)
     if dtype == "bool":
         data = np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
@@ -352,8 +350,6 @@ class PrimitiveOp(IRDLOperation):
         Checks the shape rule first, so eager and traced code raise the same
         errors, and returns arrays of exactly the inferred dtypes.
         """
-        from xtpu.dialects.tensor_spec import dtype_of_numpy
-
         specs = [TensorSpec(tuple(np.shape(a)), dtype_of_numpy(np.asarray(a).dtype)) for a in arrays]
         out_specs = cls.infer(specs, **params)
         with np.errstate(all="ignore"):

@@ -1,22 +1,63 @@
 """The vocabulary the ops' gradient rules (:meth:`PrimitiveOp.vjp`) are written in.
 
-Every helper applies xtpu ops through :func:`xtpu.tracing.bind`, so a rule
+Every helper applies xtpu ops through the tracer's ``bind`` (:class:`Builder`), so a rule
 built from them runs on numpy arrays eagerly and emits IR inside a trace, and
 is itself differentiable (it uses only ops that have a rule or are declared
 not differentiable).  No helper calls numpy on a value: only on static
 shapes and Python constants.  Constants take the dtype of the value they
 meet (``full_like``), since hlo ops never promote dtypes.
 
-The dialects are imported before ``xtpu.tracing`` and ``xtpu.ops``, so those
-imports are done lazily, at call time.
+The helpers emit ops through the :class:`Builder` the tracer hands in
+(:func:`set_builder`, called once by :mod:`xtpu.core.tracing` when it
+loads), so the dialects never import the tracer: the IR is the bottom layer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 FLOATS = ("float32", "float64")
+
+
+class Builder(Protocol):
+    """What a gradient rule needs from the tracer: apply an op (traced or
+    eager), read a value's spec, make constants, convert and flatten the
+    values a user's rule returns."""
+
+    def bind(self, op_cls: type, operands: Sequence[Any], **params: Any) -> list[Any]: ...
+
+    def spec_of(self, value: Any) -> Any: ...
+
+    def scalar(self, value: Any, dtype: str) -> Any: ...
+
+    def convert(self, value: Any, dtype: str | None = None) -> Any: ...
+
+    def is_tensor_like(self, value: Any) -> bool: ...
+
+    def flatten(self, tree: Any, is_leaf: Any = None) -> tuple[list[Any], Any]: ...
+
+    def op_class(self, name: str) -> type: ...
+
+
+_builder: Builder | None = None
+
+
+def set_builder(builder: Builder) -> None:
+    """Hand the gradient rules the tracer's builder (the tracer does, once)."""
+    global _builder
+    _builder = builder
+
+
+def builder() -> Builder:
+    """The tracer's builder.
+
+    Raises:
+      RuntimeError: no tracer has handed one in (``xtpu.core.tracing`` not loaded).
+    """
+    if _builder is None:
+        raise RuntimeError("gradient rules need the tracer: import xtpu.core.tracing (any xtpu API does)")
+    return _builder
 
 
 # ---- reading values ----------------------------------------------------
@@ -24,9 +65,7 @@ FLOATS = ("float32", "float64")
 
 def spec(x: Any):
     """The TensorSpec of a traced tensor or a numpy value."""
-    from xtpu.tracing import spec_of
-
-    return spec_of(x)
+    return builder().spec_of(x)
 
 
 def dtype(x: Any) -> str:
@@ -47,23 +86,19 @@ def is_float(x: Any) -> bool:
 
 def bind1(op_cls: type, operands: Sequence[Any], **params: Any) -> Any:
     """The single result of ``op_cls`` applied to ``operands``."""
-    from xtpu.tracing import bind
-
-    (out,) = bind(op_cls, list(operands), **params)
+    (out,) = builder().bind(op_cls, list(operands), **params)
     return out
 
 
-def _hlo():
-    from xtpu.dialects import hlo
-
-    return hlo
+def _op(name: str) -> type:
+    """The op class registered under ``name`` (``hlo.add``), found through
+    the builder, so that the ops' own modules can use these helpers."""
+    return builder().op_class(name)
 
 
 def scalar(value: Any, dt: str) -> Any:
     """A scalar constant of dtype ``dt``."""
-    from xtpu.ops.core import scalar as _scalar
-
-    return _scalar(value, dt)
+    return builder().scalar(value, dt)
 
 
 def broadcast(x: Any, dims: Sequence[int], to: Sequence[int]) -> Any:
@@ -71,7 +106,7 @@ def broadcast(x: Any, dims: Sequence[int], to: Sequence[int]) -> Any:
     dims, to = tuple(dims), tuple(to)
     if shape(x) == to and dims == tuple(range(len(to))):
         return x
-    return bind1(_hlo().BroadcastInDimOp, [x], broadcast_dimensions=dims, shape=to)
+    return bind1(_op("hlo.broadcast_in_dim"), [x], broadcast_dimensions=dims, shape=to)
 
 
 def full(value: Any, to: Sequence[int], dt: str) -> Any:
@@ -90,60 +125,60 @@ def zeros_like(x: Any) -> Any:
 
 
 def add(a: Any, b: Any) -> Any:
-    return bind1(_hlo().AddOp, [a, b])
+    return bind1(_op("hlo.add"), [a, b])
 
 
 def sub(a: Any, b: Any) -> Any:
-    return bind1(_hlo().SubtractOp, [a, b])
+    return bind1(_op("hlo.subtract"), [a, b])
 
 
 def mul(a: Any, b: Any) -> Any:
-    return bind1(_hlo().MultiplyOp, [a, b])
+    return bind1(_op("hlo.multiply"), [a, b])
 
 
 def div(a: Any, b: Any) -> Any:
-    return bind1(_hlo().DivideOp, [a, b])
+    return bind1(_op("hlo.divide"), [a, b])
 
 
 def neg(a: Any) -> Any:
-    return bind1(_hlo().NegateOp, [a])
+    return bind1(_op("hlo.negate"), [a])
 
 
 def log(a: Any) -> Any:
-    return bind1(_hlo().LogOp, [a])
+    return bind1(_op("hlo.log"), [a])
 
 
 def power(a: Any, b: Any) -> Any:
-    return bind1(_hlo().PowerOp, [a, b])
+    return bind1(_op("hlo.power"), [a, b])
 
 
 def select(pred: Any, on_true: Any, on_false: Any) -> Any:
-    return bind1(_hlo().SelectOp, [pred, on_true, on_false])
+    return bind1(_op("hlo.select"), [pred, on_true, on_false])
 
 
 def compare(a: Any, b: Any, direction: str) -> Any:
-    return bind1(_hlo().CompareOp, [a, b], comparison_direction=direction)
+    return bind1(_op("hlo.compare"), [a, b], comparison_direction=direction)
 
 
 def convert(x: Any, dt: str) -> Any:
     """``hlo.convert`` to ``dt``; no op when ``x`` has that dtype."""
     if dtype(x) == dt:
         return x
-    return bind1(_hlo().ConvertOp, [x], dtype=dt)
+    return bind1(_op("hlo.convert"), [x], dtype=dt)
 
 
 def reshape(x: Any, to: Sequence[int]) -> Any:
     to = tuple(to)
     if shape(x) == to:
         return x
-    return bind1(_hlo().ReshapeOp, [x], shape=to)
+    return bind1(_op("hlo.reshape"), [x], shape=to)
 
 
 def transpose(x: Any, perm: Sequence[int]) -> Any:
     perm = tuple(perm)
     if perm == tuple(range(len(perm))):
         return x
-    return bind1(_hlo().TransposeOp, [x], permutation=perm)
+    return bind1(_op("hlo.transpose"), [x], permutation=perm)
 
 
 def reduce(x: Any, kind: str, dims: Sequence[int], init: Any = None) -> Any:
@@ -155,7 +190,7 @@ def reduce(x: Any, kind: str, dims: Sequence[int], init: Any = None) -> Any:
     if init is None:
         identity = {"add": 0, "mul": 1}[kind]
         init = scalar(identity, dtype(x))
-    return bind1(_hlo().ReduceOp, [x, init], computation=kind, dimensions=dims)
+    return bind1(_op("hlo.reduce"), [x, init], computation=kind, dimensions=dims)
 
 
 def reduce_sum(x: Any, dims: Sequence[int]) -> Any:
@@ -172,14 +207,14 @@ def slice_(x: Any, start: Sequence[int], limit: Sequence[int], strides: Sequence
     strides = tuple(int(v) for v in strides) if strides is not None else (1,) * len(start)
     if start == (0,) * len(start) and limit == shape(x) and strides == (1,) * len(start):
         return x
-    return bind1(_hlo().SliceOp, [x], start_indices=start, limit_indices=limit, strides=strides)
+    return bind1(_op("hlo.slice"), [x], start_indices=start, limit_indices=limit, strides=strides)
 
 
 def pad(x: Any, value: Any, low: Sequence[int], high: Sequence[int], interior: Sequence[int]) -> Any:
     low, high, interior = (tuple(int(v) for v in t) for t in (low, high, interior))
     if not any(low + high + interior):
         return x
-    return bind1(_hlo().PadOp, [x, value], edge_padding_low=low, edge_padding_high=high, interior_padding=interior)
+    return bind1(_op("hlo.pad"), [x, value], edge_padding_low=low, edge_padding_high=high, interior_padding=interior)
 
 
 def inverse_permutation(perm: Sequence[int]) -> tuple[int, ...]:

@@ -20,8 +20,9 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.traits import IsTerminator
 
+from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import StringType
-from xtpu.dialects.tpu import CLUSTER_ATTR, ReplicateOp, YieldOp
+from xtpu.dialects.tpu import CLUSTER_ATTR, OutsideCompilationOp, ReplicaIdOp, ReplicateOp, YieldOp
 
 OpT = TypeVar("OpT", bound=Operation)
 
@@ -99,8 +100,6 @@ def defined_inside(value: SSAValue, op: Operation) -> bool:
 
 def in_cluster(op: Operation) -> bool:
     """Whether ``op`` is a ``tpu.outside_compilation`` or lies inside one."""
-    from xtpu.dialects.tpu import OutsideCompilationOp
-
     return isinstance(op, OutsideCompilationOp) or enclosing(op, OutsideCompilationOp) is not None
 
 
@@ -117,8 +116,6 @@ def dissolve_clusters(op: Operation) -> list[str]:
     the host; nested outside compilation is flattened), where the cluster
     boundary means nothing.  Returns the dissolved clusters' names, in
     program order."""
-    from xtpu.dialects.tpu import OutsideCompilationOp
-
     names = []
     for inner in [o for o in walk_ops(op) if o is not op and isinstance(o, OutsideCompilationOp)]:
         names.append(inner.cluster.data)
@@ -173,9 +170,6 @@ class HostComputable:
         return ok
 
     def _op_ok(self, op: Operation) -> bool:
-        from xtpu.dialects.primitive import PrimitiveOp
-        from xtpu.dialects.tpu import ReplicaIdOp
-
         if isinstance(op, ReplicaIdOp):
             return True
         if not isinstance(op, PrimitiveOp) or op.dialect_name() != "hlo" or op.regions:

@@ -47,6 +47,7 @@ from time import monotonic
 
 import numpy as np
 
+from .blas_budget import budget
 from .errors import Aborted, RuntimeTimeoutError, XtpuRuntimeError
 from .workers import MAX_WAIT, AbortSignal, resolve_timeout, run_workers, will_block
 
@@ -256,8 +257,6 @@ def _reduce_chunks(values: Sequence[np.ndarray]) -> int:
         return 1
     if values[0].dtype.kind not in "biufc" or not all(v.flags.c_contiguous for v in values):
         return 1
-    from .blas_budget import budget
-
     return max(1, min(budget(), size // PARALLEL_REDUCE_MIN_CHUNK))
 
 

@@ -44,15 +44,18 @@ from xdsl.ir import Block, Operation
 from xtpu.dialects import ccl, tpu
 from xtpu.dialects.host_variables import HostVariableUpdateOp
 from xtpu.dialects.infeed import InfeedDequeueTupleOp
+from xtpu.dialects.ir_text import op_position
 from xtpu.dialects.sharding import Sharding, ShardingAttr
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.runtime import blas_budget, heap, infeed, sequential
 from xtpu.runtime import mpi as _mpi
 from xtpu.runtime.channels import ChannelTable
-from xtpu.runtime.communicator import Communicator, ThreadCommunicator
+from xtpu.runtime.communicator import Communicator, ThreadCommunicator, normalize_replica_groups
 from xtpu.runtime.errors import Aborted, RuntimeTimeoutError, XtpuRuntimeError
 from xtpu.runtime.host import HostWorker, RunState, answer_awaited_next
 from xtpu.runtime.host_variables import HOST_VARIABLES, HostVariableStore
+from xtpu.runtime.mpi_communicator import HybridCommunicator
+from xtpu.runtime.mpi_variables import VariableService
 from xtpu.runtime.plan import Plan, call_plan, form_key, op_location, pure_kernel, running_op
 from xtpu.runtime.workers import AbortSignal, resolve_timeout, run_workers
 
@@ -362,8 +365,6 @@ class Executable:
             try:
                 return infeed.lookup(op.queue.data, r).dequeue_kernel(r, self.timeout, self.abort)
             except ValueError as e:
-                from xtpu.pipeline import op_position
-
                 where = op_position(op) or op_location(op)
                 raise ValueError(f"{where}: {e}" if where else str(e)) from None
         if isinstance(op, tpu.LogicalCoreIdOp):
@@ -1071,7 +1072,6 @@ def _variable_service(exe: Executable) -> Any:
     ops += [o for rep in exe.host_replicates for o in rep.walk() if isinstance(o, HostVariableUpdateOp)]
     if not ops:
         return None
-    from xtpu.runtime.mpi_variables import VariableService
 
     service = VariableService(
         exe.world,
@@ -1089,8 +1089,6 @@ def _mpi_program(exe: Executable, comm: Any = None) -> Communicator:
     MPICommunicator, when given), after checking that every rank compiled
     the same program; creates the sub-communicators of the program's groups
     in program order (collective, on every rank)."""
-    from xtpu.runtime.mpi_communicator import HybridCommunicator
-
     n, C = exe.num_replicas * exe.num_cores, exe.num_cores
     if comm is not None and (comm.num_participants, comm.cores_per_replica) != (n, C):
         raise ValueError(
@@ -1142,8 +1140,6 @@ def _all_reduced_outputs(exe: Executable) -> list | None:
     ``ccl.all_reduce`` result (equal, bit for bit, on every member of a
     group), per replica a replica of this rank in the same group whose value
     it can take instead of receiving it; None when no output qualifies."""
-    from xtpu.runtime.communicator import normalize_replica_groups
-
     term = exe.replicate.body.block.last_op
     R, local, w = exe.num_replicas, set(exe.local_replicas), exe.world
     out: list = []

@@ -37,9 +37,12 @@ import threading
 import numpy as np
 from xdsl.ir import Operation
 
+from xtpu.dialects import tpu
+from xtpu.dialects.primitive import PrimitiveOp
+from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.runtime.channels import ChannelClosed, ChannelTable
 from xtpu.runtime.errors import Aborted, XtpuRuntimeError
-from xtpu.runtime.plan import Plan, call_plan, running_op
+from xtpu.runtime.plan import CONSTANT_OPS, Plan, call_plan, running_op
 from xtpu.runtime.workers import AbortSignal
 
 _log = logging.getLogger("xtpu.runtime")
@@ -67,11 +70,6 @@ def runs_inline(block) -> bool:
     cluster's values (``host_compute_channel_<A>_to_<B>``) and larger values
     keep the function on its worker."""
     from xdsl.traits import IsTerminator
-
-    from xtpu.dialects import tpu
-    from xtpu.dialects.primitive import PrimitiveOp
-    from xtpu.dialects.tensor_spec import TensorSpec
-    from xtpu.runtime.plan import CONSTANT_OPS
 
     first = block.first_op
     for op in block.walk():
@@ -102,9 +100,6 @@ def answer_awaited_next(send) -> str | None:
     aside) when that is the ``tpu.recv_from_host`` of the same cluster
     (``..._args`` -> ``..._retvals``), else None. Such a request needs no
     wake-up of the host worker (``ChannelTable.quiet_requests``)."""
-    from xtpu.dialects import tpu
-    from xtpu.runtime.plan import CONSTANT_OPS
-
     key = send.key.data
     if not key.endswith("_args"):
         return None

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from time import monotonic
 from typing import Any
 
+from . import mpi_pool_client
 from .errors import Aborted, RuntimeTimeoutError, XtpuRuntimeError
 from .heap import keep_heap
 
@@ -497,11 +498,9 @@ def initialize(
             MPI = import_mpi()
             size = (comm if comm is not None else MPI.COMM_WORLD).Get_size()
             if comm is None and size == 1 and num_processes is not None and num_processes > 1:
-                from . import mpi_pool
-
-                merged, pids = mpi_pool.spawn(num_processes)
+                merged, pids = mpi_pool_client.spawn(MPI, num_processes)
                 _world = World(merged, outputs, pool=True)
-                _world.pool_client = mpi_pool.Pool(_world, pids)
+                _world.pool_client = mpi_pool_client.Pool(_world, pids)
                 atexit.register(_world.pool_client.close)
                 return _world
             if num_processes is not None and num_processes != size:

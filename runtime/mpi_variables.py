@@ -29,6 +29,7 @@ from time import monotonic
 from typing import Any
 
 from .errors import Aborted, RuntimeTimeoutError
+from .mpi import _Pause
 
 __all__ = ["VariableService"]
 
@@ -113,8 +114,6 @@ class VariableService:
         MPI = w.MPI
         status = MPI.Status()
         left = set(range(1, w.size))
-        from .mpi import _Pause
-
         pause = _Pause()
         deadline = monotonic() + timeout
         try:

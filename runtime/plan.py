@@ -23,9 +23,12 @@ from xdsl.traits import IsTerminator, Pure
 
 from xtpu.dialects.hlo import ConstantOp, IotaOp
 from xtpu.dialects.hlo_host import StringConstantOp
+from xtpu.dialects.locations import format_location
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.runtime import profiler as _profiler
+from xtpu.runtime.channels import ChannelClosed
+from xtpu.runtime.errors import Aborted, HostComputeError, ReplicasDiverged, XtpuRuntimeError
 
 CONSTANT_OPS = (ConstantOp, StringConstantOp, IotaOp)
 #: Largest result a plan folds from constants (:meth:`Plan._fold`), bytes.
@@ -426,8 +429,6 @@ def free_values(op: Operation) -> list[SSAValue]:
 
 def op_location(op: Operation) -> str | None:
     """``file.py:LINE`` of the user's source that made ``op``, if known."""
-    from xtpu.tracing import format_location
-
     return format_location(op.location)
 
 
@@ -444,16 +445,13 @@ def call_plan(
         (``cluster`` given) raised anything else.
       Aborted, ChannelClosed: unchanged (they are not errors of this plan).
     """
-    from xtpu.runtime.channels import ChannelClosed
-    from xtpu.runtime.errors import Aborted, HostComputeError, ReplicasDiverged, XtpuRuntimeError
-
     tr = _profiler._active
     try:
         if tr is None:
             return plan.run(args, K)
         start = time.perf_counter()
         try:
-            return plan.run(args, tr.instrumented(plan, K))
+            return plan.run(args, instrumented(tr, plan, K))
         finally:
             name = (
                 plan.name
@@ -481,3 +479,33 @@ def call_plan(
         if cluster is not None:
             raise HostComputeError.from_exception(e, **ctx) from e
         raise XtpuRuntimeError(f"{type(e).__name__}: {e}", **ctx) from e
+
+
+def instrumented(trace: Any, plan: Any, K: tuple) -> tuple:
+    """``K``, the kernels of ``plan``, each timed into the profiler trace
+    ``trace`` (made once per kernel tuple, kept on the trace)."""
+    got = trace._wrapped.get(id(K))
+    if got is not None and got[0] is K:
+        return got[1]
+
+    def wrap(i: int, op: Any, k: Any) -> Any:
+        if isinstance(op, CONSTANT_OPS) or not callable(k):
+            return k
+        runners = REGION_RUNNERS.get(k) if i in plan.regions else None
+        if runners is not None:  # hlo.if / hlo.while: their bodies' ops too
+            subs = plan.regions[i][0]
+            # Regions run for all replicas at once (the sequential mode)
+            # or for one.
+            make = type(op).together_kernel if subs[0].sequences else type(op).region_kernel
+            k = make(op, [(run, instrumented(trace, sub, sub_k)) for (run, sub_k), sub in zip(runners, subs)])
+        loc = op_location(op)
+        return trace._timed(k, op.name, {"location": loc} if loc else None)
+
+    # A plan for several replicas (the sequential mode) has a tuple of
+    # the replicas' kernels per op.
+    wrapped = tuple(
+        tuple(wrap(i, op, x) for x in k) if isinstance(k, tuple) else wrap(i, op, k)
+        for i, (op, k) in enumerate(zip(plan.ops, K))
+    )
+    trace._wrapped[id(K)] = (K, wrapped)
+    return wrapped

@@ -68,34 +68,6 @@ class _Trace:
         if tid not in self.threads:
             self.threads[tid] = t.name
 
-    def instrumented(self, plan: Any, K: tuple) -> tuple:
-        got = self._wrapped.get(id(K))
-        if got is not None and got[0] is K:
-            return got[1]
-        from xtpu.runtime.plan import CONSTANT_OPS, REGION_RUNNERS, op_location
-
-        def wrap(i: int, op: Any, k: Any) -> Any:
-            if isinstance(op, CONSTANT_OPS) or not callable(k):
-                return k
-            runners = REGION_RUNNERS.get(k) if i in plan.regions else None
-            if runners is not None:  # hlo.if / hlo.while: their bodies' ops too
-                subs = plan.regions[i][0]
-                # Regions run for all replicas at once (the sequential mode)
-                # or for one.
-                make = type(op).together_kernel if subs[0].sequences else type(op).region_kernel
-                k = make(op, [(run, self.instrumented(sub, sub_k)) for (run, sub_k), sub in zip(runners, subs)])
-            loc = op_location(op)
-            return self._timed(k, op.name, {"location": loc} if loc else None)
-
-        # A plan for several replicas (the sequential mode) has a tuple of
-        # the replicas' kernels per op.
-        wrapped = tuple(
-            tuple(wrap(i, op, x) for x in k) if isinstance(k, tuple) else wrap(i, op, k)
-            for i, (op, k) in enumerate(zip(plan.ops, K))
-        )
-        self._wrapped[id(K)] = (K, wrapped)
-        return wrapped
-
     def _timed(self, k: Callable[..., Any], name: str, args: dict | None) -> Callable[..., Any]:
         add, clock = self.add, time.perf_counter
 

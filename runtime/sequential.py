@@ -61,9 +61,11 @@ import numpy as np
 from xdsl.ir import Operation
 
 from xtpu.dialects import ccl, tpu
+from xtpu.dialects.hlo import DotGeneralOp
 from xtpu.dialects.infeed import InfeedDequeueTupleOp
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.runtime import communicator as _comm
+from xtpu.runtime.plan import CONSTANT_OPS
 from xtpu.runtime.thread_settings import inter_op
 
 __all__ = [
@@ -143,9 +145,6 @@ def work(body: Operation) -> tuple[float, float]:
     """(matmul floating-point operations, elements the other ops write)
     of one replica of ``body``: every op once (a loop body counts once),
     collectives and constants not counted (both modes run them alike)."""
-    from xtpu.dialects.hlo import DotGeneralOp
-    from xtpu.runtime.plan import CONSTANT_OPS
-
     flops = elements = 0.0
     for op in body.walk():
         if op is body or isinstance(op, COLLECTIVES + CONSTANT_OPS) or op.regions:

@@ -1,5 +1,10 @@
 """``xtpu.keras.optimizers``: the same classes as :mod:`xtpu.optimizers`."""
 
-from xtpu.optimizers import SGD, Adam, Optimizer  # noqa: F401
+from xtpu.train.optimizers import SGD, Adam, Optimizer  # noqa: F401
 
 __all__ = ["Optimizer", "SGD", "Adam"]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``), nothing internal."""
+    return sorted(__all__)

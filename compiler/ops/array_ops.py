@@ -7,10 +7,12 @@ from typing import Any
 
 import numpy as np
 
+from xtpu.core.eager import as_eager_tensor
+from xtpu.core.tracing import Tensor, bind, convert, current_trace, to_numpy
 from xtpu.dialects import hlo
+from xtpu.dialects.tpu import ReplicaIdOp
 from xtpu.ops import math_ops
 from xtpu.ops.core import broadcast_to, dtype_name, dtype_of, scalar, shape_of, unify
-from xtpu.tracing import Tensor, bind, convert, current_trace, to_numpy
 
 
 def constant(value: Any, dtype: Any = None, shape: Any = None, name: str | None = None) -> Any:
@@ -43,7 +45,6 @@ def constant(value: Any, dtype: Any = None, shape: Any = None, name: str | None 
     if isinstance(out, np.ndarray) and out.dtype != object:
         # Eagerly an EagerTensor: a numpy array whose operators a
         # GradientTape can record (TF's EagerTensor).
-        from xtpu.tape import as_eager_tensor
 
         return as_eager_tensor(out)
     return out
@@ -199,8 +200,6 @@ INDEX_FORMS = (
 
 def replica_id() -> Any:
     """The id of the running replica, an int32 scalar (0 when eager)."""
-    from xtpu.dialects.tpu import ReplicaIdOp
-
     (out,) = bind(ReplicaIdOp, [])
     return out
 

@@ -9,13 +9,17 @@ numpy.
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import numpy as np
 
+from xtpu.core.tracing import Tensor, bind, convert, read_if_variable
 from xtpu.dialects import hlo
+from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
+from xtpu.ops.array_ops import concat, reshape
 from xtpu.ops.core import broadcast_to, dtype_name, dtype_of, scalar, shape_of
-from xtpu.tracing import Tensor, bind, convert, read_if_variable
+from xtpu.ops.math_ops import cast
 
 
 def _static_shape(shape: Any, op: str) -> tuple[int, ...]:
@@ -112,7 +116,7 @@ def size(input: Any, out_type: Any = "int32", name: str | None = None) -> Any:  
     """The number of elements, a scalar of ``out_type`` (tf.size); inside
     ``replicate(..., maximum_shapes=...)`` each replica's real count."""
     x = convert(read_if_variable(input))
-    real = _real_sizes(x, dtype_name(out_type))
+    real = real_sizes(x, dtype_name(out_type))
     if real is not None:  # padded by replicate's maximum_shapes: the real count
         out = scalar(1, dtype_name(out_type))
         for n in real:
@@ -126,18 +130,20 @@ def shape(input: Any, out_type: Any = "int32", name: str | None = None) -> Any: 
     shape, or inside ``replicate(..., maximum_shapes=...)`` each replica's
     real sizes."""
     x = convert(read_if_variable(input))
-    real = _real_sizes(x, dtype_name(out_type))
+    real = real_sizes(x, dtype_name(out_type))
     if real:  # padded by replicate's maximum_shapes: the real sizes
-        from xtpu.ops.array_ops import concat, reshape
-
         return concat([reshape(n, [1]) for n in real], axis=0)
     return convert(np.asarray(shape_of(x), dtype=np.dtype(dtype_name(out_type))).reshape(len(shape_of(x))))
 
 
-def _real_sizes(x: Any, dtype: str) -> Any:
-    from xtpu.padding import real_sizes
-
-    return real_sizes(x, dtype)
+def real_sizes(x: Any, dtype: str) -> list[Any] | None:
+    """Inside a trace whose inputs ``maximum_shapes`` padded: each
+    dimension's real size of the traced tensor ``x`` as a ``dtype`` scalar
+    (``hlo.get_dimension_size``; TF's ``tf.shape`` is dynamic there).
+    None otherwise: the static shape is the real one."""
+    if not (isinstance(x, Tensor) and x.trace.padded):
+        return None
+    return [cast(bind(GetDimensionSizeOp, [x], dimension=d)[0], dtype) for d in builtins.range(len(x.shape))]
 
 
 __all__ = ["fill", "ones", "ones_like", "range", "shape", "size", "zeros", "zeros_like"]

@@ -13,12 +13,18 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from xdsl.ir import Block, Region
+from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.ir import Block, Operation, Region
 
-from xtpu import pytree
+from xtpu.core import pytree
+from xtpu.core.contexts import current_run_state
+from xtpu.core.eager import as_eager_results
+from xtpu.core.tracing import Tensor, Trace, convert, current_trace, recording_tapes, user_location
+from xtpu.dialects.hlo import ConstantOp
 from xtpu.dialects.hlo_control import IfOp, ReturnOp, WhileOp
+from xtpu.dialects.primitive import array_from_dense
 from xtpu.dialects.tensor_spec import TensorSpec
-from xtpu.tracing import Tensor, Trace, convert, current_trace, user_location
+from xtpu.ops import math_ops
 
 
 def _eager_pred(pred: Any, what: str) -> bool:
@@ -92,12 +98,9 @@ def cond(
     if tr is None:
         # The taken branch's values as tensors, as traced (a Python float is
         # float32 in both): EagerTensors, as every eager op's results.
-        from xtpu.tape import as_eager_results
 
         out, tree = _outputs(true_fn() if _eager_pred(pred, "cond") else false_fn(), "cond")
         return pytree.unflatten(tree, as_eager_results(out))
-    from xtpu.distribute_context import current_run_state
-
     p = _traced_pred(pred, "cond")
     # Variables a branch updates inside strategy.run / xtpu.function (their
     # values in the run state): extra outputs of both branches, as TF's cond
@@ -206,7 +209,6 @@ def while_loop(
         n_max = maximum_iterations
 
         def cond(i, *vs):  # noqa: F811 - wraps the user's cond
-            from xtpu.ops import math_ops
 
             inner = user_cond(*_as_args(tree, vs))
             return math_ops.logical_and(math_ops.less(i, n_max), inner)
@@ -217,14 +219,10 @@ def while_loop(
         out = while_loop(cond, body, (np.int32(0), *leaves))
         if tr is not None:
             # The bound the loop's gradient needs to store its intermediates.
-            from xtpu.gradients_control_flow import mark_maximum_iterations
-
             mark_maximum_iterations(out[0].value.owner, n_max)
         return pytree.unflatten(tree, list(out[1:]))
 
     if tr is None:
-        from xtpu.tape import as_eager_results
-
         # EagerTensors, as every eager op's results (a tape can watch them)
         values = as_eager_results([convert(v) for v in leaves])
         while _eager_pred(cond(*_as_args(tree, values)), "while_loop cond"):
@@ -244,8 +242,6 @@ def while_loop(
     if len(c_out) != 1 or c_out[0].spec != TensorSpec((), "bool"):
         got = ", ".join(str(t.spec) for t in c_out)
         raise TypeError(f"while_loop: cond must return a bool scalar, got ({got})")
-    from xtpu.distribute_context import current_run_state
-
     state = current_run_state()
     current = state.current if state is not None else {}
     before = dict(current)
@@ -293,7 +289,37 @@ def _as_args(tree: Any, values: Any) -> tuple:
 
 def _record_region(op: Any, outs: list[Tensor]) -> None:
     """Let the recording GradientTapes see a region op."""
-    from xtpu.tracing import recording_tapes
-
     for tape in recording_tapes():
         tape._record_region(op, outs)
+
+
+# --------------------------------------------------------------------------
+# The bound of a while loop (its gradient needs one: autodiff reads it)
+# --------------------------------------------------------------------------
+
+MAXIMUM_ITERATIONS_ATTR = "xtpu.maximum_iterations"
+
+
+def mark_maximum_iterations(op: Operation, maximum_iterations: Any) -> None:
+    """Record ``maximum_iterations`` on the ``hlo.while`` ``op`` when it is a
+    compile-time constant (a Python / numpy int or an ``hlo.constant``), else
+    mark it -1 (a bound exists but is only known at run time)."""
+    n = static_int(maximum_iterations)
+    op.attributes[MAXIMUM_ITERATIONS_ATTR] = IntegerAttr(-1 if n is None else max(n, 0), i64)
+
+
+def static_int(value: Any) -> int | None:
+    """The value of an int scalar known while tracing, else None."""
+    if isinstance(value, Tensor):
+        owner = value.value.owner
+        if isinstance(owner, ConstantOp) and value.spec.shape == () and value.dtype in ("int32", "int64"):
+            return int(array_from_dense(owner.value))
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    arr = np.asarray(value)
+    if arr.shape == () and arr.dtype.kind in "iu":
+        return int(arr)
+    return None

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from xtpu.core.tracing import Tensor, bind, convert, read_if_variable, spec_of, to_numpy
 from xtpu.dialects import hlo
 from xtpu.dialects.tensor_spec import DTYPES, dtype_of_numpy
-from xtpu.tracing import Tensor, bind, convert, read_if_variable, spec_of, to_numpy
 
 float32 = "float32"
 float64 = "float64"

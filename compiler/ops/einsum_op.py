@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from xtpu.core.tracing import bind, read_if_variable
 from xtpu.dialects import hlo
 from xtpu.ops.array_ops import transpose
 from xtpu.ops.core import shape_of, unify
-from xtpu.tracing import bind, read_if_variable
+from xtpu.ops.math_ops import reduce_sum
 
 
 def _expand_ellipsis(equation: str, ranks: list[int]) -> str:
@@ -77,7 +78,6 @@ def _sum_out(x: Any, term: str, keep: set[str]) -> tuple[Any, str]:
     dims = tuple(i for i, c in enumerate(term) if c not in keep)
     if not dims:
         return x, term
-    from xtpu.ops.math_ops import reduce_sum
 
     return reduce_sum(x, axis=dims), "".join(c for c in term if c in keep)
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from xtpu.core.tracing import Tensor, bind, convert, read_if_variable
 from xtpu.dialects import hlo
 from xtpu.ops.array_ops import reshape
 from xtpu.ops.core import broadcast_shapes, broadcast_to, dtype_of, normalize_axes, scalar, shape_of, unify
-from xtpu.tracing import Tensor, bind, convert, read_if_variable
 
 INDEX_DTYPES = ("int32", "int64")
 

@@ -10,9 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from xtpu.core.tracing import bind, convert, current_trace
 from xtpu.dialects import hlo
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
 from xtpu.ops.core import (
+    broadcast_shapes,
     broadcast_to,
     dtype_name,
     dtype_of,
@@ -22,7 +24,6 @@ from xtpu.ops.core import (
     shape_of,
     unify,
 )
-from xtpu.tracing import bind, convert, current_trace
 
 
 def add(x: Any, y: Any, name: str | None = None) -> Any:
@@ -113,7 +114,6 @@ def minimum(x: Any, y: Any, name: str | None = None) -> Any:
 
 def _compare(direction: str, x: Any, y: Any, name: str) -> Any:
     x, y = unify([x, y], name)
-    from xtpu.ops.core import broadcast_shapes
 
     shape = broadcast_shapes(shape_of(x), shape_of(y), op=name)
     (out,) = bind(hlo.CompareOp, [broadcast_to(x, shape), broadcast_to(y, shape)], comparison_direction=direction)

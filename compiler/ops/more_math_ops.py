@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from xtpu.core.tracing import bind, convert, read_if_variable
 from xtpu.dialects import hlo
 from xtpu.dialects.hlo_rounding import FloorOp
+from xtpu.ops.array_ops import reshape
 from xtpu.ops.core import broadcast_shapes, broadcast_to, dtype_of, elementwise, normalize_axes, scalar, shape_of, unify
 from xtpu.ops.math_ops import maximum, minimum
-from xtpu.tracing import bind, convert, read_if_variable
 
 
 def square(x: Any, name: str | None = None) -> Any:
@@ -111,8 +112,6 @@ def _reduce(kind: str, init: Any, x: Any, axis: Any, keepdims: bool, op: str, dt
     axes = normalize_axes(axis, len(shape), op)
     (out,) = bind(hlo.ReduceOp, [x, scalar(init, dt)], computation=kind, dimensions=axes)
     if keepdims:
-        from xtpu.ops.array_ops import reshape
-
         out = reshape(out, tuple(1 if i in axes else n for i, n in enumerate(shape)))
     return out
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from xtpu.core.tracing import convert
 from xtpu.ops import math_ops
 from xtpu.ops.core import dtype_of, normalize_axes, scalar, shape_of
-from xtpu.tracing import convert
 
 
 def relu(features: Any, name: str | None = None) -> Any:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from xtpu.core.eager import EAGER_OPS
+from xtpu.core.tracing import Tensor, bind, convert, format_location
+from xtpu.dialects.hlo import ReshapeOp
 from xtpu.ops import array_ops, math_ops, more_math_ops
-from xtpu.tracing import Tensor, format_location
 
 # numpy's binary operators on (ndarray or numpy scalar, Tensor) call the ufunc
 # with the Tensor second: it runs as the Tensor's reflected operator, as it
@@ -48,16 +52,13 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
 def ufunc_hint(ufunc, method: str = "__call__", kwargs=None) -> str:
     """Why numpy's ``ufunc`` cannot take a traced tensor, and the xtpu op
     that does the same (``np.exp`` -> ``xtpu.math.exp``)."""
-    from xtpu import math as xmath
-    from xtpu.tape import ufunc_as_xtpu_op
-
     what = f"numpy.{ufunc.__name__}" + (f".{method}" if method != "__call__" else "")
     head = f"{what} cannot take a traced xtpu.Tensor: its value is only known when the program runs"
     if kwargs and "out" in kwargs:
         return head + "; write the result of an xtpu op to a new name instead of updating an array in place"
     fn = ufunc_as_xtpu_op(ufunc) if method == "__call__" else None
     name = getattr(fn, "__name__", "")
-    if fn is not None and getattr(xmath, name, None) is fn:
+    if fn is not None and getattr(math_ops, name, None) is fn:  # xtpu.math exports math_ops' ops
         return head + f"; use xtpu.math.{name}, which traces (as jax.numpy.{ufunc.__name__} does in JAX)"
     return head + "; use the xtpu ops (xtpu.math, xtpu.nn, ...) on traced values"
 
@@ -122,3 +123,64 @@ def _install() -> None:
 
 
 _install()
+
+
+# ---------------------------------------------------------------------------
+# numpy ufuncs on EagerTensors (xtpu.core.eager dispatches through these)
+# ---------------------------------------------------------------------------
+
+
+def _identity(x: Any) -> Any:
+    """A recorded copy of ``x`` (``hlo.reshape`` to its own shape)."""
+    x = convert(x)
+    (out,) = bind(ReshapeOp, [x], shape=tuple(np.shape(x)))
+    return out
+
+
+_UFUNCS: dict = {
+    np.add: math_ops.add,
+    np.subtract: math_ops.subtract,
+    np.multiply: math_ops.multiply,
+    np.true_divide: math_ops.divide,
+    np.negative: math_ops.negative,
+    np.positive: _identity,
+    np.power: math_ops.pow,
+    # numpy's ``x ** 2``, ``x ** -1`` and ``x ** 0.5`` are these:
+    np.square: lambda x: math_ops.multiply(x, x),
+    np.reciprocal: lambda x: math_ops.divide(1, x),
+    np.matmul: math_ops.matmul,
+    np.maximum: math_ops.maximum,
+    np.minimum: math_ops.minimum,
+    np.exp: math_ops.exp,
+    np.log: math_ops.log,
+    np.sqrt: math_ops.sqrt,
+    np.tanh: math_ops.tanh,
+    np.absolute: math_ops.abs,
+    np.less: math_ops.less,
+    np.less_equal: math_ops.less_equal,
+    np.greater: math_ops.greater,
+    np.greater_equal: math_ops.greater_equal,
+    np.equal: math_ops.equal,
+    np.not_equal: math_ops.not_equal,
+    np.logical_and: math_ops.logical_and,
+    np.logical_or: math_ops.logical_or,
+    np.logical_not: math_ops.logical_not,
+}
+"""numpy ufunc -> the xtpu op that computes it."""
+
+
+def ufunc_as_xtpu_op(ufunc: Any) -> Any:
+    """The xtpu op for a numpy ufunc (``np.add`` -> ``xtpu.math.add``), or
+    None."""
+    return _UFUNCS.get(ufunc)
+
+
+EAGER_OPS.ufuncs = _UFUNCS
+EAGER_OPS.math = math_ops
+EAGER_OPS.getitem = array_ops.getitem
+EAGER_OPS.transpose = array_ops.transpose
+EAGER_OPS.reshape = array_ops.reshape
+EAGER_OPS.concat = array_ops.concat
+EAGER_OPS.cast = math_ops.cast
+EAGER_OPS.reduce_mean = math_ops.reduce_mean
+EAGER_OPS.identity = _identity

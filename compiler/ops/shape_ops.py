@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from xtpu.core.tracing import Tensor, bind, convert, read_if_variable
 from xtpu.dialects import hlo
 from xtpu.ops.array_ops import concat, reshape
 from xtpu.ops.core import shape_of, unify
-from xtpu.tracing import Tensor, bind, convert, read_if_variable
 
 
 def expand_dims(input: Any, axis: int, name: str | None = None) -> Any:  # noqa: A002 - TF's name

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from xtpu.core.tracing import bind, convert, current_trace
 from xtpu.dialects.sharding import ShardingAttr
 from xtpu.dialects.tpu import ShardingConstraintOp
 from xtpu.ops.core import shape_of
-from xtpu.tracing import bind, convert, current_trace
 
 
 def num_logical_devices() -> int:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from xtpu.core.tracing import bind, convert
 from xtpu.dialects import hlo_host
 from xtpu.dialects.strings import check_stream
 from xtpu.ops.core import dtype_name, dtype_of
-from xtpu.tracing import bind, convert
 
 
 def _as_tensor(v: Any) -> Any:

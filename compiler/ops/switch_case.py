@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from xtpu.core.tracing import Tensor, convert, read_if_variable
 from xtpu.ops.control_flow import cond
-from xtpu.tracing import Tensor, convert, read_if_variable
 
 
 def switch_case(

@@ -41,6 +41,9 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError  # noqa: E402
 from xdsl.xdsl_opt_main import xDSLOptMain  # noqa: E402
 
 from xtpu.about import __version__  # noqa: E402
+from xtpu.core.pipeline import PipelineError, parse_module, parse_pipeline, verify_module  # noqa: E402
+from xtpu.dialects import DIALECTS  # noqa: E402
+from xtpu.passes import ALL_PASSES, DEFAULT_PIPELINE, SPMD_PIPELINE  # noqa: E402
 
 
 def pass_summary(cls: type[ModulePass]) -> str:
@@ -72,8 +75,6 @@ is accepted too (``--list-passes``)."""
 def passes_help() -> str:
     """xtpu's passes with their options and whole summaries, then the
     pipelines, then where xDSL's passes are: the text ``--help`` starts with."""
-    from xtpu.passes import ALL_PASSES, DEFAULT_PIPELINE, SPMD_PIPELINE
-
     lines = ["xtpu passes (-p NAME{OPTION=VALUE ...},...):"]
     lines += [_pass_line(cls) for cls in ALL_PASSES.values()]
     lines.append("")
@@ -95,8 +96,6 @@ class _ListPasses(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from xtpu.passes import ALL_PASSES
-
         names = list(ALL_PASSES) + sorted(n for n in parser.xtpu_available_passes if n not in ALL_PASSES)
         print("\n".join(names))
         parser.exit()
@@ -126,7 +125,6 @@ class XtpuOptMain(xDSLOptMain):
 
     def register_all_dialects(self) -> None:
         super().register_all_dialects()
-        from xtpu.dialects import DIALECTS
 
         for dialect in DIALECTS:
             if dialect.name in self.ctx.registered_dialect_names:  # by the xdsl.universe entry point
@@ -136,7 +134,6 @@ class XtpuOptMain(xDSLOptMain):
 
     def register_all_passes(self) -> None:
         super().register_all_passes()
-        from xtpu.passes import ALL_PASSES
 
         for name, cls in ALL_PASSES.items():
             self.register_pass(name, lambda c=cls: c)
@@ -146,7 +143,6 @@ class XtpuOptMain(xDSLOptMain):
         their ``file:line:col`` for diagnostics, and literals xDSL cannot
         hold are parse errors at the op."""
         super().register_all_frontends()
-        from xtpu.pipeline import parse_module
 
         def parse_mlir(io):
             return parse_module(io.read(), self.get_input_name(), self.ctx, getattr(self, "_line_offset", 0))
@@ -163,8 +159,6 @@ class XtpuOptMain(xDSLOptMain):
         an input that does not verify named by the op and its
         ``file:line:col``."""
         from xdsl.passes import PassPipeline
-
-        from xtpu.pipeline import parse_pipeline, verify_module
 
         parse_pipeline(self.args.passes, self.available_passes)
         super().setup_pipeline()
@@ -183,8 +177,6 @@ class XtpuOptMain(xDSLOptMain):
 def main(args: Sequence[str] | None = None) -> None:
     """Run the driver; a diagnostic, a parse error or a bad ``-p`` pipeline
     is printed to stderr without a Python traceback and the exit status is 1."""
-    from xtpu.pipeline import PipelineError
-
     try:
         XtpuOptMain(args=args).run()
     except PipelineError as e:

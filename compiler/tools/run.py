@@ -32,8 +32,21 @@ import numpy as np
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 
 from xtpu.about import version_line
+from xtpu.core.pipeline import (
+    PipelineError,
+    module_text,
+    op_position,
+    parse_module,
+    parse_pipeline,
+    run_pipeline,
+    verify_module,
+)
 from xtpu.dialects import tpu
-from xtpu.dialects.tensor_spec import TensorSpec
+from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy
+from xtpu.replication import distributed
+from xtpu.replication.program import default_pipeline
+from xtpu.runtime.errors import XtpuRuntimeError
+from xtpu.runtime.executor import Executable
 
 
 class InputError(Exception):
@@ -124,8 +137,6 @@ def check_main(module) -> None:
     """
     from xdsl.dialects import func
 
-    from xtpu.pipeline import op_position
-
     for op in module.ops:
         if isinstance(op, func.FuncOp) and op.sym_name.data == "main" and not op.body.blocks:
             where = op_position(op)
@@ -144,8 +155,6 @@ def check_channels(module) -> None:
     Raises:
       ValueError: naming the op, its key and where it is.
     """
-    from xtpu.pipeline import op_position
-
     sent: set[str] = set()
     waits = []
     for op in module.walk():
@@ -199,15 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rank = 0
     if args.backend == "mpi":
-        from xtpu import distributed
-
         distributed.initialize()
         rank = distributed.process_index()
-
-    from xtpu.pipeline import PipelineError, module_text, parse_module, parse_pipeline, run_pipeline, verify_module
-    from xtpu.replication import default_pipeline
-    from xtpu.runtime.errors import XtpuRuntimeError
-    from xtpu.runtime.executor import Executable
 
     try:
         passes = parse_pipeline(args.pipeline) if args.pipeline is not None else None
@@ -310,8 +312,6 @@ def main(argv: list[str] | None = None) -> int:
 def _where_is(module, message: str) -> str | None:
     """``file:line:col`` of the first op (outside the device program) whose
     name starts ``message`` or is quoted in it."""
-    from xtpu.pipeline import op_position
-
     for op in module.walk():
         if op.name and (message.startswith(op.name + " ") or f"'{op.name}'" in message):
             if not isinstance(op.parent_op(), tpu.ReplicateOp):
@@ -328,8 +328,6 @@ def _spec_text(a: np.ndarray) -> str:
 
 
 def _dtype(a: np.ndarray) -> str:
-    from xtpu.dialects.tensor_spec import dtype_of_numpy
-
     return dtype_of_numpy(a.dtype)
 
 

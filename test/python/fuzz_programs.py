@@ -1591,7 +1591,7 @@ class Exchange:
 def crs(x, groups=None):
     """``xtpu.cross_replica_sum`` in the eager reference (TF's gradient: the
     sum of the cotangents over the same groups)."""
-    from xtpu.tracing import recording_tapes
+    from xtpu.core.tracing import recording_tapes
 
     st = _local
 

@@ -85,7 +85,7 @@ def test_fifty_gradient_sums_are_one_collective_by_default():
 def test_strategy_gradients_are_combined_and_train_alike():
     """A TPUStrategy step whose gradients are all-reduced leaf by leaf
     (ReplicaContext.all_reduce) compiles to one collective and matches numpy."""
-    from xtpu.strategy import get_replica_context
+    from xtpu.distribute.strategy import get_replica_context
 
     n = 2
     strategy = xtpu.TPUStrategy(xtpu.TPUClusterResolver(num_cores=n))

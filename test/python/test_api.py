@@ -222,8 +222,8 @@ def test_cross_replica_sum_inside_strategy_run():
 def test_the_ops_eager_kernel_keeps_one_replica_semantics():
     """Binding tpu.cross_replica_sum directly (as gradient rules do when
     they are checked eagerly) still gives one replica's sum."""
+    from xtpu.core.tracing import bind
     from xtpu.dialects.tpu import CrossReplicaSumOp
-    from xtpu.tracing import bind
 
     x = np.array([1.0, 2.0], np.float32)
     (out,) = bind(CrossReplicaSumOp, [x], group_assignment=None)
@@ -305,7 +305,7 @@ def test_a_cluster_must_end_in_the_control_flow_context_it_started_in():
     # computation leaves a control-flow context open.
     from xdsl.ir import Block
 
-    from xtpu.tracing import current_trace
+    from xtpu.core.tracing import current_trace
 
     def leaves_a_context_open():
         current_trace().blocks.append(Block())

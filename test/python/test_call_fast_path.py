@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import xtpu
-from xtpu import replication
+from xtpu.replication import program as replication
 from xtpu.runtime import plan as plan_mod
 from xtpu.runtime.errors import XtpuRuntimeError
 
@@ -190,7 +190,7 @@ def test_a_program_with_a_host_cluster_builds_every_participant_at_compile():
 
 
 def test_a_pipeline_spec_is_parsed_once_and_bad_specs_still_fail_every_time():
-    from xtpu.pipeline import PipelineError, parse_pipeline
+    from xtpu.core.pipeline import PipelineError, parse_pipeline
 
     spec = "tpu-lower-cross-replica-sum,ccl-combine-all-reduce{threshold-bytes=1024}"
     first = parse_pipeline(spec)
@@ -249,7 +249,7 @@ def test_ops_of_one_form_share_one_kernel_and_constants_decode_once():
 
 
 def test_a_host_only_op_left_on_the_device_is_still_refused():
-    from xtpu.pipeline import parse_module
+    from xtpu.core.pipeline import parse_module
     from xtpu.runtime.executor import Executable
 
     text = xtpu.lower(lambda x: xtpu.strings.format("v={}", [x]), [[np.float32(1)]]).as_text()  # before the passes

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import xtpu
-from xtpu import pytree
+from xtpu.core import pytree
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import xtpu
-from xtpu.strategy import get_replica_context
+from xtpu.distribute.strategy import get_replica_context
 
 
 def ref_all_to_all(xs, concat, split, groups):

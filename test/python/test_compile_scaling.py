@@ -14,10 +14,10 @@ from xdsl.ir.core import Operation
 from xdsl.utils.exceptions import VerifyException
 
 import xtpu
-from xtpu import pipeline
+from xtpu.core import pipeline
+from xtpu.core.pipeline import parse_module, parse_pipeline, run_pipeline
 from xtpu.passes import outline_outside_compilation as outline
-from xtpu.pipeline import parse_module, parse_pipeline, run_pipeline
-from xtpu.replication import default_pipeline
+from xtpu.replication.program import default_pipeline
 
 
 def _chain(n):

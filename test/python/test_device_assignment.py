@@ -13,13 +13,13 @@ import re
 import numpy as np
 import pytest
 
-from xtpu.device_assignment import (
+from xtpu.replication.device_assignment import (
     SINGLE_CORE_ASSIGNMENT,
     DeviceAssignment,
     DeviceOrderMode,
     device_assignment,
 )
-from xtpu.topology import Topology, default_mesh_shape, initialize_tpu_system
+from xtpu.replication.topology import Topology, default_mesh_shape, initialize_tpu_system
 
 # A v3-8 as TF's tests write it: TopologyProto{mesh_shape: [2, 2, 1, 2],
 # num_tasks: 1, num_tpu_devices_per_task: 8, device_coordinates: ...} from

@@ -17,7 +17,7 @@ import pytest
 from xdsl.utils.exceptions import DiagnosticException
 
 import xtpu
-from xtpu import padding
+from xtpu.replication import padding
 
 
 @pytest.fixture(autouse=True)
@@ -413,8 +413,8 @@ def test_gradient_of_each_op_on_padded_values(name, replicas):
 def test_dynamic_slice_and_update_windows_clamp_to_the_real_bounds(start):
     """StableHLO clamps a window's start so that it fits; on a padded
     dimension it must fit the real size, as the unpadded eager op does."""
+    from xtpu.core.tracing import bind
     from xtpu.dialects import hlo
-    from xtpu.tracing import bind
 
     def f(x):
         i, z = xtpu.constant(np.int32(start)), xtpu.constant(np.int32(0))

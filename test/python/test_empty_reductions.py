@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import xtpu
+from xtpu.core.tracing import bind
 from xtpu.dialects import hlo
 from xtpu.dialects.tensor_spec import NUMERIC_DTYPES
-from xtpu.tracing import bind
 
 m = xtpu.math
 

@@ -39,12 +39,12 @@ from xdsl.ir import Block
 from xdsl.parser import Parser
 
 import xtpu
+from xtpu.core.tracing import bind
 from xtpu.dialects import DIALECTS, ccl, hlo, make_context, tpu
 from xtpu.dialects.dynamic_shapes import SetDimensionSizeOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.sharding import ShardingAttr
 from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy
-from xtpu.tracing import bind
 
 EPS = 1e-6
 RTOL = 1e-6
@@ -593,7 +593,7 @@ def test_skip_input_indices_drop_only_the_skipped_cotangents():
     """A rule that takes ``skip_input_indices`` (TF's op.skip_input_indices)
     returns None at the skipped inputs and, at the others, exactly what it
     returns without skips; every such rule is listed here."""
-    from xtpu.gradients import _takes_skips
+    from xtpu.autodiff.gradients import _takes_skips
 
     rng = np.random.default_rng(11)
     a, b = rng.standard_normal((3, 4)), rng.standard_normal((3, 4)) + 3.0

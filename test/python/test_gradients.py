@@ -237,7 +237,7 @@ def test_several_host_ops_of_one_call_share_one_cluster():
 
 
 def test_gradient_cluster_name_rule():
-    from xtpu.gradients import gradient_cluster_name
+    from xtpu.autodiff.gradients import gradient_cluster_name
 
     assert gradient_cluster_name("C", "uid") == "C.uid"
     assert gradient_cluster_name("C.uid", "uid") == "C.uid"
@@ -246,8 +246,8 @@ def test_gradient_cluster_name_rule():
 
 
 def test_seed_colocation_errors():
-    from xtpu.gradients import NESTED_COLOCATION, NO_GRADIENT_UID, Node, _Colocation
-    from xtpu.tracing import current_trace
+    from xtpu.autodiff.gradients import NESTED_COLOCATION, NO_GRADIENT_UID, Node, _Colocation
+    from xtpu.core.tracing import current_trace
 
     seen = {}
 
@@ -589,7 +589,7 @@ def test_traced_gradient_builds_no_op_it_then_erases(monkeypatch):
     # by and of a reduction's init are needed by nobody: the rules are told
     # (skip_input_indices) and do not build them, so every op the gradient
     # emits is in the program (it built 5 that it erased before).
-    from xtpu import tracing
+    from xtpu.core import tracing
 
     real_emit = tracing.Trace.emit
     emitted = []

@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 import xtpu
-from xtpu import pytree
+from xtpu.core import pytree
 
 C = xtpu.constant
 THIS = "test_gradients_tf_cases.py"
@@ -2450,7 +2450,7 @@ def test_error_locations_skip_numpy_and_the_standard_library():
         t.watch(x)
         y = np.sum(x * x)  # reaches xtpu through numpy's fromnumeric.py
     node = t._nodes[id(y)]
-    from xtpu.tracing import format_location
+    from xtpu.core.tracing import format_location
 
     assert format_location(node.location).startswith(THIS)
     assert ReduceOp.name == "hlo.reduce"

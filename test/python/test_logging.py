@@ -11,9 +11,9 @@ import time
 import numpy as np
 
 import xtpu
+from xtpu.core.pipeline import parse_pipeline
 from xtpu.passes import DEFAULT_PIPELINE
-from xtpu.pipeline import parse_pipeline
-from xtpu.replication import default_pipeline
+from xtpu.replication.program import default_pipeline
 
 INPUTS = [[np.float32(1)], [np.float32(2)]]
 

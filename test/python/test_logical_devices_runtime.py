@@ -18,8 +18,8 @@ from xdsl.parser import Parser
 from xdsl.utils.exceptions import VerifyException
 
 import xtpu
+from xtpu.core.pipeline import parse_pipeline, run_pipeline
 from xtpu.dialects import make_context
-from xtpu.pipeline import parse_pipeline, run_pipeline
 from xtpu.runtime.errors import RuntimeTimeoutError
 from xtpu.runtime.executor import Executable
 

@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("mpi4py")
 
-from xtpu.launch import find_mpiexec  # noqa: E402
+from xtpu.tools.launch import find_mpiexec  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -374,7 +374,7 @@ def test_replica_owner_is_the_task_of_the_replicas_host_device(P, R):
     # TF: a topology of P tasks, each holding R/P consecutive cores of a
     # line; the default device assignment puts replica r's host on task t.
     import xtpu
-    from xtpu.device_assignment import device_assignment
+    from xtpu.replication.device_assignment import device_assignment
     from xtpu.runtime.mpi import replica_owner
 
     per = R // P

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import xtpu
-from xtpu import losses
+from xtpu.train import losses
 
 f32 = np.float32
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import xtpu
-from xtpu.replication import lower
+from xtpu.replication.program import lower
 
 REPLICAS = (1, 2, 8)
 

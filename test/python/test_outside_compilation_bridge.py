@@ -20,7 +20,7 @@ from xdsl.dialects import func
 import xtpu
 from xtpu.dialects import tpu
 from xtpu.dialects.tensor_spec import StringType
-from xtpu.replication import lower
+from xtpu.replication.program import lower
 from xtpu.runtime.channels import ChannelTable
 
 REPLICAS = (1, 2, 8)
@@ -520,7 +520,7 @@ def test_a_held_value_read_before_it_was_kept_is_an_error():
 def test_held_values_survive_the_text_form():
     """The lowered module printed and read back (what xtpu-run takes) runs to
     the same values: ``{tpu.held}`` is part of the text."""
-    from xtpu.pipeline import parse_module
+    from xtpu.core.pipeline import parse_module
     from xtpu.runtime.executor import Executable
 
     c = lowered(inputs_and_host_values_in_a_branch_in_a_loop, floats(2))

@@ -13,6 +13,7 @@ from xdsl.parser import Parser
 from xdsl.utils.test_value import create_ssa_value
 
 import xtpu
+from xtpu.core.pipeline import module_text, parse_pipeline, run_pipeline
 from xtpu.dialects import make_context
 from xtpu.dialects.hlo import BroadcastInDimOp, SliceOp
 from xtpu.dialects.hlo_control import WhileOp
@@ -37,7 +38,6 @@ from xtpu.passes.propagate_sharding import (
     shardings_of,
     specificity,
 )
-from xtpu.pipeline import module_text, parse_pipeline, run_pipeline
 
 S = Sharding.parse
 

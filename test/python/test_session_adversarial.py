@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import xtpu
-from xtpu import replication
+from xtpu.replication import program as replication
 from xtpu.runtime import blas_budget
 from xtpu.runtime import communicator as comm
 from xtpu.runtime import plan as plan_mod
@@ -733,8 +733,8 @@ def two_sums(a, b):
 
 
 def test_pipelines_with_different_options_do_not_share_a_cache_entry():
+    from xtpu.core.pipeline import parse_pipeline
     from xtpu.passes import DEFAULT_PIPELINE
-    from xtpu.pipeline import parse_pipeline
 
     inputs = [[np.full(3, r, np.float32), np.full(2, r, np.float32)] for r in range(2)]
 
@@ -758,8 +758,8 @@ def test_a_pass_replaced_in_the_registry_is_the_one_parsed(monkeypatch):
     # available_passes() reads xtpu's registry at each call: a pass class
     # swapped in (a test's fault injection, a user's variant) must be the
     # one a compile runs, not the one cached before the swap.
+    from xtpu.core.pipeline import parse_pipeline
     from xtpu.passes import ALL_PASSES, CombineAllReduce
-    from xtpu.pipeline import parse_pipeline
 
     spec = "tpu-lower-cross-replica-sum,ccl-combine-all-reduce{threshold-bytes=64}"
     assert type(parse_pipeline(spec)[1]) is CombineAllReduce  # cached

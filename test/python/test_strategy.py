@@ -68,7 +68,7 @@ def test_run_kwargs_and_structure(s4):
 
 
 def test_run_reuses_the_replicate_cache(s4, monkeypatch):
-    import xtpu.replication as rep
+    import xtpu.replication.program as rep
 
     calls = []
     real = rep.trace
@@ -108,7 +108,7 @@ def test_replica_context_inside_run(s4):
 
 def _traced_text(strategy, fn):
     """The module run traced for ``fn`` (after the first pass)."""
-    from xtpu.replication import _cache
+    from xtpu.replication.program import _cache
 
     wrapper = [w for k, w in strategy._wrappers.items() if k[0] is fn][0]
     return list(list(_cache[wrapper].values())[0].stages.values())[0]

@@ -8,7 +8,7 @@ import pytest
 from xdsl.utils.exceptions import DiagnosticException
 
 import xtpu
-from xtpu.pipeline import PassError
+from xtpu.core.pipeline import PassError
 
 X = np.array([0.5, -1.0, 2.0], np.float32)
 HERE = "test_user_hints.py"
