@@ -47,6 +47,20 @@ _API: dict[str, tuple[str, ...]] = {
     "xtpu.ops.sharding_ops": ("assign_to_logical_device", "replicate_to_logical_devices", "split_to_logical_devices"),
     "xtpu.ops.array_ops": ("concat", "constant", "one_hot", "replica_id", "reshape", "transpose"),
     "xtpu.ops.core": ("bool_", "float32", "float64", "int32", "int64", "string"),
+    # issue 28: TF's other dtype names (xtpu.bfloat16, xtpu.bool, ...)
+    "xtpu.dtypes": (
+        "bfloat16",
+        "bool",
+        "double",
+        "float16",
+        "half",
+        "int8",
+        "int16",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+    ),
     "xtpu.ops.math_ops": (
         "cast",
         "matmul",
@@ -244,6 +258,9 @@ __all__ = [
     "bool_",
     "string",
 ]
+
+# dtypes (issue 28).
+__all__ += ["bfloat16", "bool", "double", "float16", "half", "int8", "int16", "uint8", "uint16", "uint32", "uint64"]
 
 # Distribution strategy (issue 5).
 __all__ += [

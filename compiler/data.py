@@ -35,7 +35,7 @@ import numpy as np
 from xtpu.core import pytree
 from xtpu.core.eager import as_eager_tensor
 from xtpu.core.tracing import to_numpy
-from xtpu.dialects.tensor_spec import dtype_of_numpy
+from xtpu.dialects.tensor_spec import dtype_of_numpy, np_kind
 from xtpu.distribute.function import TensorSpec
 from xtpu.ops.core import dtype_name
 
@@ -57,7 +57,7 @@ def _as_structure(element: Any) -> Any:
 
 def _to_eager(element: Any) -> Any:
     leaves, td = pytree.flatten(element)
-    return pytree.unflatten(td, [as_eager_tensor(x) if x.dtype.kind in "biuf" else x for x in leaves])
+    return pytree.unflatten(td, [as_eager_tensor(x) if np_kind(x.dtype) in "biuf" else x for x in leaves])
 
 
 def _spec_of(element: Any, batch_dim: Any = "none") -> Any:

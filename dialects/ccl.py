@@ -49,10 +49,10 @@ from xtpu.dialects.primitive import (
     PrimitiveOp,
     ShapeError,
 )
-from xtpu.dialects.tensor_spec import TensorSpec
+from xtpu.dialects.tensor_spec import NUMERIC_DTYPES, TensorSpec
 from xtpu.dialects.tpu import check_group_assignment, check_ids_attr, enclosing_replicate, host_context
 
-NUMERIC = ("float32", "float64", "int32", "int64", "bool")
+NUMERIC = NUMERIC_DTYPES
 
 
 def _verify_ids(op: PrimitiveOp, attr_name: str, pairs: bool = False) -> None:

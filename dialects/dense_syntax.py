@@ -16,7 +16,7 @@ This module gives float elements MLIR's semantics, bit for bit:
 
 * an element is a decimal literal (``1.500000e+00``, ``-0.000000e+00``, ``2``)
   or a hex integer literal that is the element's bit pattern, as wide as the
-  type (``0x7F800000`` is ``inf : f32``, ``0xFFF0000000000000`` is
+  type (``0x7F800000`` is ``inf : f32``, ``0xFF80`` is ``-inf : bf16``, ``0xFFF0000000000000`` is
   ``-inf : f64``, ``0x7FC00000`` a quiet NaN; any NaN payload and sign is
   kept).  A hex literal with a leading minus or wider than the type is an
   error;
@@ -36,8 +36,10 @@ behaviour.  Importing :mod:`xtpu.dialects` installs it.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import (
+    BFloat16Type,
     BytesAttr,
     DenseIntOrFPElementsAttr,
     Float16Type,
@@ -50,6 +52,7 @@ from xdsl.printer import Printer
 
 # element type -> (numpy float dtype, numpy unsigned dtype of its bits)
 _FLOATS: dict[type, tuple[np.dtype, np.dtype]] = {
+    BFloat16Type: (np.dtype(ml_dtypes.bfloat16), np.dtype("<u2")),
     Float16Type: (np.dtype("<f2"), np.dtype("<u2")),
     Float32Type: (np.dtype("<f4"), np.dtype("<u4")),
     Float64Type: (np.dtype("<f8"), np.dtype("<u8")),
@@ -81,7 +84,9 @@ def print_dense_body(printer: Printer, attr: DenseIntOrFPElementsAttr) -> None:
 
     def one(i: int) -> None:
         v = values[i]
-        if np.isfinite(v):
+        with np.errstate(invalid="ignore"):
+            finite = bool(np.isfinite(v))
+        if finite:
             printer.print_float(float(v), elem)
         else:
             printer.print_string(f"0x{int(bits[i]):0{width}X}")

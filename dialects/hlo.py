@@ -53,11 +53,47 @@ from xtpu.dialects.primitive import (
     array_from_dense,
     dense_from_array,
 )
-from xtpu.dialects.tensor_spec import StringType, TensorSpec, dtype_of_numpy, numpy_dtype
+from xtpu.dialects.tensor_spec import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    LOW_PRECISION_FLOATS,
+    StringType,
+    TensorSpec,
+    dtype_of_numpy,
+    numpy_dtype,
+)
 
-FLOATS = ("float32", "float64")
-INTS = ("int32", "int64")
+FLOATS = FLOAT_DTYPES
+INTS = INT_DTYPES
 NUMERIC = FLOATS + INTS
+_F32 = np.dtype(np.float32)
+_LOW = tuple(numpy_dtype(d) for d in LOW_PRECISION_FLOATS)
+
+
+_LOW_SET = frozenset(_LOW)
+
+
+def low_precision_in_f32(fn, dtype: str | None = None, round_back: bool = True):
+    """The kernel ``fn`` with XLA's float normalization of one HLO op: on
+    bfloat16 / float16 operands it computes in float32 (widening is exact)
+    and rounds the result once to the operands' dtype (to nearest, ties to
+    even; ``round_back=False`` for ops with a bool result).  This is
+    ml_dtypes' own arithmetic, at numpy's float32 speed (ml_dtypes'
+    element-by-element loops are 50-300x slower).
+
+    ``dtype`` is the operands' dtype when the planner knows it (then other
+    dtypes call ``fn`` itself, at no cost); None checks it at each call."""
+    if dtype is not None and dtype not in LOW_PRECISION_FLOATS:
+        return fn
+
+    def run(*xs):
+        dt = np.asarray(xs[0]).dtype
+        if dt in _LOW_SET:
+            out = fn(*(np.asarray(x, dtype=_F32) for x in xs))
+            return np.asarray(out).astype(dt) if round_back else out
+        return fn(*xs)
+
+    return run
 
 
 # --------------------------------------------------------------------------
@@ -170,9 +206,12 @@ class ElementwiseBinary(PrimitiveOp):
         _require_dtype(s, cls.DTYPES, cls.name)
         return [s]
 
+    def result_params(self):
+        return {"element_dtype": TensorSpec.of_type(self.result.type).dtype}
+
     @classmethod
-    def kernel(cls, **params):
-        return cls.UFUNC
+    def kernel(cls, element_dtype=None, **params):
+        return low_precision_in_f32(cls.UFUNC, element_dtype)
 
 
 class ElementwiseUnary(PrimitiveOp):
@@ -193,9 +232,12 @@ class ElementwiseUnary(PrimitiveOp):
         _require_dtype(s, cls.DTYPES, cls.name)
         return [s]
 
+    def result_params(self):
+        return {"element_dtype": TensorSpec.of_type(self.result.type).dtype}
+
     @classmethod
-    def kernel(cls, **params):
-        return cls.UFUNC
+    def kernel(cls, element_dtype=None, **params):
+        return low_precision_in_f32(cls.UFUNC, element_dtype)
 
 
 @irdl_op_definition
@@ -259,8 +301,8 @@ class DivideOp(ElementwiseBinary):
     name = "hlo.divide"
 
     @classmethod
-    def kernel(cls, **params):
-        return _divide
+    def kernel(cls, element_dtype=None, **params):
+        return low_precision_in_f32(_divide, element_dtype)
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, skip_input_indices=(), **params):
@@ -521,9 +563,12 @@ class CompareOp(PrimitiveOp):
             raise ShapeError(f"unknown comparison_direction {comparison_direction!r}")
         return [TensorSpec(s.shape, "bool")]
 
+    def result_params(self):
+        return {"element_dtype": TensorSpec.of_type(self.lhs.type).dtype}
+
     @classmethod
-    def kernel(cls, comparison_direction, **_):
-        return _COMPARE[comparison_direction]
+    def kernel(cls, comparison_direction, element_dtype=None, **_):
+        return low_precision_in_f32(_COMPARE[comparison_direction], element_dtype, round_back=False)
 
 
 @irdl_op_definition
@@ -846,7 +891,18 @@ class DotGeneralOp(PrimitiveOp):
     """Batched tensor contraction (StableHLO spec: dot_general).
 
     The result has the batch dimensions, then lhs's free dimensions, then
-    rhs's free dimensions.
+    rhs's free dimensions.  Its element type may differ from the operands'
+    (JAX's and TF's ``preferred_element_type``, which StableHLO carries as
+    the result type): ``(tensor<..xbf16>, tensor<..xbf16>) -> tensor<..xf32>``
+    is a bfloat16 contraction accumulated in float32; an integer contraction
+    may widen (``i8`` operands, ``i32`` result).
+
+    TPU arithmetic: bfloat16 and float16 operands are multiplied exactly
+    (a product of two bfloat16 values fits a float32) and the products are
+    summed in float32, then rounded once (to nearest, ties to even) to the
+    result type -- the MXU's behaviour, and XLA's on CPU.  The kernel does
+    this with a float32 BLAS call (numpy has no bfloat16 GEMM); only the
+    order of the float32 additions can differ from a TPU's (docs/dtypes.md).
     """
 
     name = "hlo.dot_general"
@@ -882,12 +938,19 @@ class DotGeneralOp(PrimitiveOp):
         rhs_batching_dimensions=(),
         lhs_contracting_dimensions=(),
         rhs_contracting_dimensions=(),
+        preferred_element_type=None,
         **_,
     ):
         lhs, rhs = specs
         if lhs.dtype != rhs.dtype:
             raise ShapeError(f"operands of hlo.dot_general must have the same dtype, got {lhs} and {rhs}")
         _require_dtype(lhs, NUMERIC, cls.name)
+        out_dtype = preferred_element_type or lhs.dtype
+        if out_dtype != lhs.dtype and (out_dtype in FLOATS) != (lhs.dtype in FLOATS):
+            raise ShapeError(
+                f"hlo.dot_general result type {out_dtype} must be a float for float operands and an integer for"
+                f" integer ones, got operands {lhs.dtype}"
+            )
         lb, rb = tuple(lhs_batching_dimensions), tuple(rhs_batching_dimensions)
         lc, rc = tuple(lhs_contracting_dimensions), tuple(rhs_contracting_dimensions)
         if len(lb) != len(rb) or len(lc) != len(rc):
@@ -904,7 +967,10 @@ class DotGeneralOp(PrimitiveOp):
             + tuple(lhs.shape[d] for d in cls._free(lhs.rank, lb, lc))
             + tuple(rhs.shape[d] for d in cls._free(rhs.rank, rb, rc))
         )
-        return [TensorSpec(shape, lhs.dtype)]
+        return [TensorSpec(shape, out_dtype)]
+
+    def result_params(self):
+        return {"preferred_element_type": TensorSpec.of_type(self.result.type).dtype}
 
     @classmethod
     def kernel(
@@ -913,6 +979,7 @@ class DotGeneralOp(PrimitiveOp):
         rhs_batching_dimensions=(),
         lhs_contracting_dimensions=(),
         rhs_contracting_dimensions=(),
+        preferred_element_type=None,
         **_,
     ):
         lb, rb = list(lhs_batching_dimensions), list(rhs_batching_dimensions)
@@ -926,7 +993,7 @@ class DotGeneralOp(PrimitiveOp):
                     return np.matmul(x if l_c == 1 else x.T, y if r_c == 0 else y.T)
                 return np.tensordot(x, y, axes=([l_c], [r_c]))
 
-            return matmul_2d
+            return accumulate_as(matmul_2d, preferred_element_type)
 
         def run(x, y):
             x, y = np.asarray(x), np.asarray(y)
@@ -942,7 +1009,7 @@ class DotGeneralOp(PrimitiveOp):
             out = np.matmul(xm, ym)
             return out.reshape(bshape + [x.shape[d] for d in lf] + [y.shape[d] for d in rf])
 
-        return run
+        return accumulate_as(run, preferred_element_type)
 
     @classmethod
     def vjp(
@@ -965,6 +1032,13 @@ class DotGeneralOp(PrimitiveOp):
         (ct,), (x, y) = cotangents, inputs
         if not G.is_float(x):
             return [None, None]
+        # A widened result (bf16 operands, f32 result): the cotangent is
+        # rounded to the operands' dtype and the gradient contractions
+        # accumulate in the result's dtype, rounded once (a TPU's bf16
+        # backward matmuls).
+        xdt, wide = G.dtype(x), G.dtype(ct)
+        if wide != xdt:
+            ct = G.convert(ct, xdt)
         lb, rb = tuple(lhs_batching_dimensions), tuple(rhs_batching_dimensions)
         lc, rc = tuple(lhs_contracting_dimensions), tuple(rhs_contracting_dimensions)
         lf = cls._free(len(G.shape(x)), lb, lc)
@@ -979,13 +1053,13 @@ class DotGeneralOp(PrimitiveOp):
         # paired with an lhs contracting dim.
         gx = gy = None
         if 0 not in skip_input_indices:
-            gx = _dot(ct, y, ct_b, rb, ct_r, rf)
+            gx = _dot(ct, y, ct_b, rb, ct_r, rf, wide)
             gx_dims = list(lb) + lf + [lc[k] for k in sorted(range(len(lc)), key=lambda k: rc[k])]
             gx = G.transpose(gx, _argsort(gx_dims))
         if 1 not in skip_input_indices:
             # dy = x . ct over lhs's free dims: batch, x's remaining dims (lhs
             # contracting, increasing, paired with rhs contracting), rhs free.
-            gy = _dot(x, ct, lb, ct_b, lf, ct_l)
+            gy = _dot(x, ct, lb, ct_b, lf, ct_l, wide)
             gy_dims = list(rb) + [rc[k] for k in sorted(range(len(rc)), key=lambda k: lc[k])] + rf
             gy = G.transpose(gy, _argsort(gy_dims))
         return [gx, gy]
@@ -995,15 +1069,44 @@ def _argsort(values):
     return tuple(sorted(range(len(values)), key=lambda i: values[i]))
 
 
-def _dot(lhs, rhs, lb, rb, lc, rc):
-    return G.bind1(
+def _dot(lhs, rhs, lb, rb, lc, rc, wide=None):
+    dt = G.dtype(lhs)
+    out = G.bind1(
         DotGeneralOp,
         [lhs, rhs],
         lhs_batching_dimensions=tuple(lb),
         rhs_batching_dimensions=tuple(rb),
         lhs_contracting_dimensions=tuple(lc),
         rhs_contracting_dimensions=tuple(rc),
+        preferred_element_type=wide if wide not in (None, dt) else None,
     )
+    return out if wide in (None, dt) else G.convert(out, dt)
+
+
+def accumulate_as(fn, result_dtype=None):
+    """``fn(x, y)``, a contraction, with TPU accumulation: operands of a
+    low-precision float dtype (bfloat16, float16) are widened to float32
+    (exactly) and the float32 result is rounded once, to nearest even, to
+    ``result_dtype`` (the operands' dtype when None); integer operands are
+    widened to a wider ``result_dtype`` before the product.  Other dtypes
+    call ``fn`` as it is.  Shared by ``hlo.dot_general`` and the
+    convolution kernels."""
+    out_dt = None if result_dtype is None else numpy_dtype(result_dtype)
+    acc_dt = None if out_dt is None else (_F32 if out_dt in _LOW else out_dt)
+
+    def run(x, y):
+        x, y = np.asarray(x), np.asarray(y)
+        acc, out = acc_dt, out_dt
+        if out is None:
+            out = x.dtype
+            acc = _F32 if out in _LOW else out
+        if x.dtype == acc and y.dtype == acc:
+            r = fn(x, y)
+        else:
+            r = fn(x.astype(acc), y.astype(acc))
+        return r if acc == out else np.asarray(r).astype(out)
+
+    return run
 
 
 @irdl_op_definition
@@ -1055,6 +1158,12 @@ class ReduceOp(PrimitiveOp):
             uf = kinds.get(x.dtype)
             if uf is None:
                 uf = kinds[x.dtype] = reduction_ufunc(computation, x.dtype.name)
+            if x.dtype in _LOW_SET:
+                # bfloat16 / float16 sums and products accumulate in float32
+                # and round once (XLA's and a TPU's reductions); max / min
+                # are exact either way, and float32 is numpy's fast path.
+                r = uf.reduce(x.astype(_F32), axis=axes, initial=np.float32(np.asarray(init)[()]))
+                return np.asarray(r).astype(x.dtype)
             return uf.reduce(x, axis=axes, dtype=x.dtype, initial=np.asarray(init)[()])
 
         return run

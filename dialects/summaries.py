@@ -255,6 +255,14 @@ _TF_DTYPES = {
     "int32": "DT_INT32",
     "int64": "DT_INT64",
     "bool": "DT_BOOL",
+    "bfloat16": "DT_BFLOAT16",
+    "float16": "DT_HALF",
+    "int8": "DT_INT8",
+    "int16": "DT_INT16",
+    "uint8": "DT_UINT8",
+    "uint16": "DT_UINT16",
+    "uint32": "DT_UINT32",
+    "uint64": "DT_UINT64",
 }
 
 
@@ -278,6 +286,8 @@ def write_tensor(
     from tensorboardX.proto.tensor_pb2 import TensorProto
     from tensorboardX.proto.tensor_shape_pb2 import TensorShapeProto
 
+    from xtpu.dialects.tensor_spec import numpy_dtype
+
     arr = np.asarray(value)
     shape = TensorShapeProto(dim=[TensorShapeProto.Dim(size=int(d)) for d in arr.shape])
     if arr.dtype.kind in "OUS":
@@ -285,7 +295,7 @@ def write_tensor(
         tensor = TensorProto(dtype="DT_STRING", tensor_shape=shape, string_val=strings)
     else:
         name = arr.dtype.name if arr.dtype.name in _TF_DTYPES else "float32"
-        data = np.ascontiguousarray(arr, dtype=np.dtype(name).newbyteorder("<")).tobytes()
+        data = np.ascontiguousarray(arr, dtype=numpy_dtype(name)).astype(numpy_dtype(name).newbyteorder("<")).tobytes()
         tensor = TensorProto(dtype=_TF_DTYPES[name], tensor_shape=shape, tensor_content=data)
     if metadata is not None:
         meta = SummaryMetadata.FromString(metadata)

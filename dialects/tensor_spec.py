@@ -1,23 +1,30 @@
 """Static tensor descriptions shared by the tracer, the verifiers and the runtime.
 
 A :class:`TensorSpec` is the abstract value of a tensor: a static shape and a
-dtype name (TF's names: ``float32``, ``float64``, ``int32``, ``int64``,
-``bool`` and ``string``).  It converts to and from the builtin MLIR
-``tensor<...>`` type; strings use ``tensor<...x!hlo.string>``, a type that only
-the host can hold.
+dtype name (TF's names: ``float32``, ``float64``, ``bfloat16``, ``float16``,
+``int8`` ... ``int64``, ``uint8`` ... ``uint64``, ``bool`` and ``string``).
+It converts to and from the builtin MLIR ``tensor<...>`` type (``f32``,
+``bf16``, ``f16``, ``i8``, ``ui8``, ... as StableHLO spells them); strings use
+``tensor<...x!hlo.string>``, a type that only the host can hold.  At run time
+``bfloat16`` is ml_dtypes' numpy type (the one JAX and TF use).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
     Float32Type,
     Float64Type,
     IntegerType,
     Signedness,
     TensorType,
+    bf16,
+    f16,
     f32,
     f64,
     i1,
@@ -27,8 +34,33 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, ParametrizedAttribute, TypeAttribute
 from xdsl.irdl import irdl_attr_definition
 
-NUMERIC_DTYPES = ("float32", "float64", "int32", "int64", "bool")
+#: Floating-point dtypes; ``bfloat16`` and ``float16`` are the low-precision ones.
+FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
+LOW_PRECISION_FLOATS = ("bfloat16", "float16")
+SIGNED_INT_DTYPES = ("int32", "int64", "int8", "int16")
+UNSIGNED_INT_DTYPES = ("uint8", "uint16", "uint32", "uint64")
+INT_DTYPES = SIGNED_INT_DTYPES + UNSIGNED_INT_DTYPES
+NUMERIC_DTYPES = ("float32", "float64", "int32", "int64", "bool") + (
+    "bfloat16",
+    "float16",
+    "int8",
+    "int16",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+)
 DTYPES = NUMERIC_DTYPES + ("string",)
+
+
+def is_float_dtype(dtype: str) -> bool:
+    """True for ``float32``, ``float64``, ``bfloat16`` and ``float16``."""
+    return dtype in FLOAT_DTYPES
+
+
+def is_int_dtype(dtype: str) -> bool:
+    """True for the signed and unsigned integer dtypes (not ``bool``)."""
+    return dtype in INT_DTYPES
 
 
 @irdl_attr_definition
@@ -52,6 +84,14 @@ _TO_ELEMENT: dict[str, Attribute] = {
     "int64": i64,
     "bool": i1,
     "string": string,
+    "bfloat16": bf16,
+    "float16": f16,
+    "int8": IntegerType(8),
+    "int16": IntegerType(16),
+    "uint8": IntegerType(8, Signedness.UNSIGNED),
+    "uint16": IntegerType(16, Signedness.UNSIGNED),
+    "uint32": IntegerType(32, Signedness.UNSIGNED),
+    "uint64": IntegerType(64, Signedness.UNSIGNED),
 }
 
 
@@ -69,16 +109,21 @@ def dtype_of_element(elem: Attribute) -> str:
         return "float32"
     if isinstance(elem, Float64Type):
         return "float64"
+    if isinstance(elem, BFloat16Type):
+        return "bfloat16"
+    if isinstance(elem, Float16Type):
+        return "float16"
     if isinstance(elem, StringType):
         return "string"
-    if isinstance(elem, IntegerType) and elem.signedness.data == Signedness.SIGNLESS:
+    if isinstance(elem, IntegerType):
         width = elem.width.data
-        if width == 1:
-            return "bool"
-        if width == 32:
-            return "int32"
-        if width == 64:
-            return "int64"
+        if elem.signedness.data == Signedness.SIGNLESS:
+            if width == 1:
+                return "bool"
+            if width in (8, 16, 32, 64):
+                return f"int{width}"
+        elif elem.signedness.data == Signedness.UNSIGNED and width in (8, 16, 32, 64):
+            return f"uint{width}"
     raise ValueError(f"unsupported element type {elem}")
 
 
@@ -86,10 +131,13 @@ def numpy_dtype(dtype: str) -> np.dtype:
     """The numpy dtype used at run time (strings are ``object`` arrays of str)."""
     if dtype == "string":
         return np.dtype(object)
+    if dtype == "bfloat16":
+        return _BFLOAT16
     return np.dtype(dtype)
 
 
-_NUMPY_NAMES = {np.dtype(n): n for n in NUMERIC_DTYPES}
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+_NUMPY_NAMES = {numpy_dtype(n): n for n in NUMERIC_DTYPES}
 
 
 def dtype_of_numpy(dt: np.dtype) -> str:
@@ -106,6 +154,28 @@ def dtype_of_numpy(dt: np.dtype) -> str:
     raise TypeError(f"unsupported numpy dtype {name}; xtpu supports {', '.join(DTYPES)}")
 
 
+def np_kind(dt: np.dtype) -> str:
+    """numpy's kind letter of ``dt`` (``"f"``, ``"i"``, ``"u"``, ``"b"``, ...),
+    with ml_dtypes' ``bfloat16`` a float ``"f"`` (numpy files it under ``"V"``)."""
+    return "f" if dt == _BFLOAT16 else dt.kind
+
+
+_VOID2 = np.dtype("V2")
+
+
+def from_saved(arr: np.ndarray) -> np.ndarray:
+    """An array read back from ``.npy`` / ``.npz`` with its xtpu dtype.
+
+    numpy's file format has no name for ml_dtypes' ``bfloat16``: ``np.save``
+    writes its data with the descriptor ``|V2`` (two raw bytes).  That is the
+    only 2-byte void dtype xtpu writes, so it is read back as ``bfloat16``
+    (a view: the bits are kept exactly); every other array is returned as
+    it is."""
+    if arr.dtype == _VOID2:
+        return arr.view(_BFLOAT16)
+    return arr
+
+
 _TYPES: dict = {}
 _SPECS: dict = {}
 
@@ -116,7 +186,8 @@ class TensorSpec:
 
     Attributes:
       shape: a tuple of non-negative ints; ``()`` for a scalar.
-      dtype: one of ``float32, float64, int32, int64, bool, string``.
+      dtype: one of :data:`DTYPES` (``float32``, ``bfloat16``, ``int8``, ...,
+        ``bool``, ``string``).
     """
 
     shape: tuple[int, ...]

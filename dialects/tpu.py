@@ -57,7 +57,7 @@ from xtpu.dialects.primitive import (
     StrParam,
 )
 from xtpu.dialects.sharding import SHARDING_ATTRS, ShardingAttr
-from xtpu.dialects.tensor_spec import TensorSpec
+from xtpu.dialects.tensor_spec import NUMERIC_DTYPES, TensorSpec
 
 MAX_PARTICIPANTS = 1 << 16
 """Most replicas, and replicas x logical cores, a ``tpu.replicate`` may
@@ -603,7 +603,7 @@ class CrossReplicaSumOp(PrimitiveOp):
     @classmethod
     def infer(cls, specs, group_assignment=None, **_):
         (s,) = specs
-        if s.dtype not in ("float32", "float64", "int32", "int64"):
+        if s.dtype not in NUMERIC_DTYPES or s.dtype == "bool":
             raise ShapeError(f"cross_replica_sum needs a numeric tensor, got {s}")
         if group_assignment is not None:
             try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-FLOATS = ("float32", "float64")
+from xtpu.dialects.tensor_spec import FLOAT_DTYPES as FLOATS
 
 
 class Builder(Protocol):
@@ -77,7 +77,8 @@ def shape(x: Any) -> tuple[int, ...]:
 
 
 def is_float(x: Any) -> bool:
-    """True for float32 / float64 values: the only ones that get gradients."""
+    """True for float values (float32, float64, bfloat16, float16): the only
+    ones that get gradients."""
     return dtype(x) in FLOATS
 
 

@@ -24,7 +24,7 @@ from xdsl.traits import Pure
 
 from xtpu.dialects import hlo
 from xtpu.dialects.ccl import AllReduceOp
-from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
+from xtpu.dialects.tensor_spec import NUMERIC_DTYPES, TensorSpec, numpy_dtype
 from xtpu.dialects.tpu import ReplicateOp
 from xtpu.passes._common import enclosing, walk_ops
 
@@ -48,7 +48,7 @@ def all_reduce_spec(op: AllReduceOp) -> TensorSpec | None:
         spec = TensorSpec.of_type(t)
     except (ValueError, TypeError):
         return None
-    if spec.dtype not in ("float32", "float64", "int32", "int64", "bool") or spec.size == 0:
+    if spec.dtype not in NUMERIC_DTYPES or spec.size == 0:
         return None
     rep = enclosing(op, ReplicateOp)
     if rep is not None and rep.num_cores > 1:

@@ -47,6 +47,8 @@ from time import monotonic
 
 import numpy as np
 
+from xtpu.dialects.tensor_spec import np_kind
+
 from .blas_budget import budget
 from .errors import Aborted, RuntimeTimeoutError, XtpuRuntimeError
 from .workers import MAX_WAIT, AbortSignal, resolve_timeout, run_workers, will_block
@@ -255,7 +257,7 @@ def _reduce_chunks(values: Sequence[np.ndarray]) -> int:
     size = values[0].size
     if len(values) < 2 or size * (len(values) - 1) < PARALLEL_REDUCE_OPS:
         return 1
-    if values[0].dtype.kind not in "biufc" or not all(v.flags.c_contiguous for v in values):
+    if np_kind(values[0].dtype) not in "biufc" or not all(v.flags.c_contiguous for v in values):
         return 1
     return max(1, min(budget(), size // PARALLEL_REDUCE_MIN_CHUNK))
 

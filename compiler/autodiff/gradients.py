@@ -50,12 +50,12 @@ from xtpu.dialects.autodiff import StopGradientOp
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp, SetDimensionSizeOp
 from xtpu.dialects.hlo import AddOp
 from xtpu.dialects.primitive import PrimitiveOp
-from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy
+from xtpu.dialects.tensor_spec import FLOAT_DTYPES, TensorSpec, dtype_of_numpy
 from xtpu.dialects.tpu import OutsideCompilationOp, ReplicateOp, YieldOp
 from xtpu.ops.core import broadcast_to, scalar
 from xtpu.passes._common import captured_values
 
-DIFFERENTIABLE_DTYPES = ("float32", "float64")
+DIFFERENTIABLE_DTYPES = FLOAT_DTYPES
 
 NESTED_COLOCATION = "Cannot nest gradient colocation operations outside compilation"
 NO_GRADIENT_UID = "No gradient_uid calling gradient within outside_compilation"

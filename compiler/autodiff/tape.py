@@ -54,7 +54,7 @@ from xtpu.core.tracing import (
     spec_of,
     user_location,
 )
-from xtpu.dialects.tensor_spec import TensorSpec
+from xtpu.dialects.tensor_spec import TensorSpec, np_kind
 from xtpu.ops.array_ops import concat, reshape
 from xtpu.ops.core import broadcast_to, scalar
 
@@ -253,7 +253,7 @@ class GradientTape:
     def _check_snapshots(self) -> None:
         for key, snap in self._snapshots.items():
             now = np.asarray(self._values[key])
-            if not np.array_equal(now, snap, equal_nan=snap.dtype.kind == "f"):
+            if not np.array_equal(now, snap, equal_nan=np_kind(snap.dtype) == "f"):
                 raise RuntimeError(
                     f"a value this GradientTape recorded (shape {list(snap.shape)}, dtype {snap.dtype.name}) was "
                     "modified in place after it was recorded, through the numpy array it shares memory with; "

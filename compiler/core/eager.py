@@ -24,6 +24,7 @@ import numpy as np
 
 from xtpu.core.locations import format_location, user_location
 from xtpu.core.recording import recording_tapes, tape_state
+from xtpu.dialects.tensor_spec import np_kind
 
 EAGER_OPS = types.SimpleNamespace(ufuncs={}, math=None)
 """The xtpu ops an EagerTensor dispatches to, installed by
@@ -108,7 +109,7 @@ class EagerTensor(np.ndarray):
         # A view or copy of a value a tape records, made by numpy rather than
         # by an xtpu op (x.swapaxes(...), x.repeat(...)): it would silently
         # carry no gradient.
-        if obj is not None and isinstance(obj, EagerTensor) and obj.dtype.kind == "f":
+        if obj is not None and isinstance(obj, EagerTensor) and np_kind(obj.dtype) == "f":
             tapes = getattr(_tape_local(), "recording", None)
             if tapes and _tracked_by(obj, tapes) and not _numpy_caller(sys._getframe(1)):
                 raise TypeError(
@@ -291,7 +292,7 @@ def _is_held(value: Any) -> bool:
 
 
 def _float_tracked(values: Any, tapes: list[Any]) -> bool:
-    return any(isinstance(v, np.ndarray) and v.dtype.kind == "f" and _tracked_by(v, tapes) for v in values)
+    return any(isinstance(v, np.ndarray) and np_kind(v.dtype) == "f" and _tracked_by(v, tapes) for v in values)
 
 
 def _where() -> str:
@@ -325,7 +326,11 @@ def _check_recorded(what: str, inputs: Any, result: Any, tapes: list[Any]) -> No
     if not _float_tracked(inputs, tapes):
         return
     for r in result if isinstance(result, (tuple, list)) else (result,):
-        if isinstance(r, (np.ndarray, np.generic)) and np.asarray(r).dtype.kind == "f" and not _tracked_by(r, tapes):
+        if (
+            isinstance(r, (np.ndarray, np.generic))
+            and np_kind(np.asarray(r).dtype) == "f"
+            and not _tracked_by(r, tapes)
+        ):
             raise TypeError(_not_recorded_message(what))
 
 
@@ -344,9 +349,9 @@ def _wrap(value: Any) -> Any:
     arrays and scalars), other values unchanged."""
     if isinstance(value, EagerTensor):
         return value
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+    if isinstance(value, np.ndarray) and np_kind(value.dtype) in "biuf":
         return value.view(EagerTensor)
-    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+    if isinstance(value, np.generic) and np_kind(value.dtype) in "biuf":
         # numpy gives 0-d results as scalars; TF's EagerTensor stays a tensor
         return np.asarray(value).view(EagerTensor)
     if isinstance(value, tuple):
@@ -401,7 +406,7 @@ def _xtpu_ufunc(ufunc, method, inputs, kwargs, tapes) -> Any:
             extra
             or kwargs.get("dtype") is not None
             or kwargs.get("where", True) is not True
-            or np.asarray(x).dtype.kind != "f"
+            or np_kind(np.asarray(x).dtype) != "f"
             or not _tracked_by(x, tapes)
         ):
             return None
@@ -415,7 +420,7 @@ def _numeric_operand(x: Any) -> bool:
     """Whether ``x`` is an operand xtpu's elementwise ops take: a bool, int
     or float array, numpy scalar, Python scalar or (nested) list of them."""
     if isinstance(x, (np.ndarray, np.generic)):
-        return x.dtype.kind in "biuf"
+        return np_kind(x.dtype) in "biuf"
     if isinstance(x, (bool, int, float)):
         return True
     if isinstance(x, (list, tuple)):
@@ -454,7 +459,7 @@ def as_eager_tensor(value: Any) -> EagerTensor:
 def as_eager_results(results: list[Any]) -> list[Any]:
     """An eager op's numeric results as EagerTensors (strings stay arrays)."""
     return [
-        r if isinstance(r, EagerTensor) or np.asarray(r).dtype.kind not in "biuf" else as_eager_tensor(r)
+        r if isinstance(r, EagerTensor) or np_kind(np.asarray(r).dtype) not in "biuf" else as_eager_tensor(r)
         for r in results
     ]
 

@@ -26,7 +26,7 @@ from xtpu.dialects import DIALECTS, vjp_util
 from xtpu.dialects.hlo import ConstantOp
 from xtpu.dialects.hlo_host import StringConstantOp
 from xtpu.dialects.primitive import PrimitiveOp, ShapeError
-from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy, numpy_dtype
+from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy, np_kind, numpy_dtype
 
 
 def _user_error(op_cls: type, e: ShapeError, loc: Any) -> ValueError:
@@ -291,7 +291,7 @@ def convert(value: Any, dtype: str | None = None) -> Any:
     tr = current_trace()
     if tr is None:
         # Eagerly an EagerTensor, as every eager op's result (a view: no copy)
-        if arr.dtype.kind in "biuf" and type(arr) is np.ndarray:
+        if np_kind(arr.dtype) in "biuf" and type(arr) is np.ndarray:
             return arr.view(EagerTensor)
         return arr
     return tr.constant(arr)

@@ -48,7 +48,7 @@ from xtpu.core import pytree
 from xtpu.core.eager import as_eager_tensor
 from xtpu.core.tracing import Tensor, current_trace, recording_tapes, to_numpy, trace_stack
 from xtpu.dialects.tensor_spec import TensorSpec as _StaticSpec
-from xtpu.dialects.tensor_spec import dtype_of_numpy
+from xtpu.dialects.tensor_spec import dtype_of_numpy, np_kind
 from xtpu.distribute.context import (
     RetraceRequest,
     _RunState,
@@ -926,7 +926,7 @@ class Function:
 
         def eager(a):
             a = np.asarray(a)
-            return as_eager_tensor(a) if a.dtype.kind in "biuf" else a
+            return as_eager_tensor(a) if np_kind(a.dtype) in "biuf" else a
 
         values = []
         for j, per in enumerate(concrete.per_replica_out):

@@ -23,6 +23,7 @@ import numpy as np
 from xtpu.core import pytree
 from xtpu.core.tracing import Tensor, bind, convert, current_trace, to_numpy
 from xtpu.dialects import hlo
+from xtpu.dialects.tensor_spec import np_kind
 from xtpu.distribute import input_lib
 
 # The thread's scope / colocation / run stacks and the traced reductions live
@@ -765,7 +766,7 @@ class TPUStrategy:
             total = np.sum(vals, axis=0)
             count = len(vals)
         if agg is VariableAggregation.MEAN:
-            return np.asarray(total / count, dtype=vals[0].dtype if vals[0].dtype.kind == "f" else None)
+            return np.asarray(total / count, dtype=vals[0].dtype if np_kind(vals[0].dtype) == "f" else None)
         return np.asarray(total, dtype=vals[0].dtype)
 
     def reduce_to(self, reduce_op: Any, value: Any, destinations: Any = None, options: Any = None) -> Any:

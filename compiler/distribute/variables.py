@@ -29,6 +29,7 @@ from xtpu.autodiff.tape import notify_variable_read
 from xtpu.core.tracing import Tensor, bind, convert, current_trace, recording_tapes, to_numpy
 from xtpu.dialects.host_variables import HostVariableUpdateOp
 from xtpu.distribute.context import current_colocation, current_run_state, current_scope_strategy, traced_reduce
+from xtpu.distribute.mixed_precision import autocast_dtype_for_new_variable
 from xtpu.distribute.values import VariableAggregation, VariableSynchronization, as_aggregation, as_synchronization
 from xtpu.ops.core import broadcast_to
 from xtpu.ops.math_ops import cast
@@ -133,6 +134,11 @@ class Variable:
         if colocated is not None:
             strategy = colocated._strategy
         self._strategy = strategy
+        # Mixed precision (issue 28): the compute dtype this variable is read
+        # as inside the computation (TF's AutoCastVariable), or None.
+        self._autocast = autocast_dtype_for_new_variable(
+            np.dtype(value.dtype).name, bool(trainable), strategy is not None
+        )
         self._key = f"{self.name}#{next(_counter)}"
         if strategy is not None:
             # The TPU cores holding the copies, one per replica of the
@@ -483,7 +489,15 @@ class Variable:
             return notify_variable_read(self, value) if recording_tapes() else value
         return self.read_value()
 
-    _xtpu_read_ = value  # how xtpu ops convert a variable (xtpu.tracing.read_if_variable)
+    def _xtpu_read_(self) -> Any:
+        """How xtpu ops convert a variable (xtpu.tracing.read_if_variable):
+        :meth:`value`, cast to the mixed-precision compute dtype inside a
+        replicated computation when the variable autocasts (TF's
+        AutoCastVariable; see :mod:`xtpu.distribute.mixed_precision`)."""
+        value = self.value()
+        if self._autocast is not None and current_trace() is not None:
+            return cast(value, self._autocast)
+        return value
 
     def _update(self, kind: str, value: Any) -> Any:
         tr, state = self._traced_state(write=True)
@@ -579,7 +593,7 @@ def _delegate(name: str):
 
 def _as_value(x: Any) -> Any:
     if isinstance(x, Variable):
-        return x.value()  # TF converts a variable to a tensor (_dense_var_to_tensor)
+        return x._xtpu_read_()  # TF converts a variable to a tensor (_dense_var_to_tensor)
     return x
 
 

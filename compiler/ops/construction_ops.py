@@ -17,6 +17,7 @@ import numpy as np
 from xtpu.core.tracing import Tensor, bind, convert, read_if_variable
 from xtpu.dialects import hlo
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
+from xtpu.dialects.tensor_spec import is_float_dtype
 from xtpu.ops.array_ops import concat, reshape
 from xtpu.ops.core import broadcast_to, dtype_name, dtype_of, scalar, shape_of
 from xtpu.ops.math_ops import cast
@@ -99,7 +100,7 @@ def range(start: Any, limit: Any = None, delta: Any = 1, dtype: Any = None, name
         )
     else:
         dt = dtype_name(dtype)
-    s, lim, d = (float(v) if dt.startswith("float") else int(v) for v in vals)
+    s, lim, d = (float(v) if is_float_dtype(dt) else int(v) for v in vals)
     if d == 0:
         raise ValueError("range: delta must not be 0")
     n = max(int(np.ceil((lim - s) / d)), 0)

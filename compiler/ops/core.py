@@ -17,7 +17,7 @@ import numpy as np
 
 from xtpu.core.tracing import Tensor, bind, convert, read_if_variable, spec_of, to_numpy
 from xtpu.dialects import hlo
-from xtpu.dialects.tensor_spec import DTYPES, dtype_of_numpy
+from xtpu.dialects.tensor_spec import DTYPES, LOW_PRECISION_FLOATS, dtype_of_numpy, is_int_dtype
 
 float32 = "float32"
 float64 = "float64"
@@ -68,7 +68,7 @@ def shape_of(x: Any) -> tuple[int, ...]:
 def weak_to(x: Any, dtype: str) -> Any:
     """Convert a weak value to ``dtype`` (a Python float to an int is a TypeError)."""
     arr = np.asarray(x)
-    if arr.dtype.kind == "f" and dtype in ("int32", "int64", "bool"):
+    if arr.dtype.kind == "f" and (is_int_dtype(dtype) or dtype == "bool"):
         raise TypeError(f"cannot convert {x!r} (a float) to {dtype}, the dtype of the other operand")
     if arr.dtype.kind in "OUS" or dtype == "string":
         if not (arr.dtype.kind in "OUS" and dtype == "string"):
@@ -124,6 +124,21 @@ def elementwise(op_cls: type, values: list[Any], name: str) -> Any:
     shape = broadcast_shapes(*(shape_of(v) for v in values), op=name)
     values = [broadcast_to(v, shape) for v in values]
     (out,) = bind(op_cls, values)
+    return out
+
+
+def dot_general(a: Any, b: Any, **dims: Any) -> Any:
+    """``hlo.dot_general`` of ``a`` and ``b`` with TPU accumulation: bfloat16
+    and float16 operands contract into a float32 result (StableHLO's
+    preferred element type, as JAX's ``preferred_element_type=float32``)
+    that one ``hlo.convert`` rounds back to the operands' dtype, so the IR
+    shows the float32 accumulation; other dtypes contract as they are."""
+    dt = dtype_of(a)
+    if dt in LOW_PRECISION_FLOATS:
+        (wide,) = bind(hlo.DotGeneralOp, [a, b], preferred_element_type="float32", **dims)
+        (out,) = bind(hlo.ConvertOp, [wide], dtype=dt)
+        return out
+    (out,) = bind(hlo.DotGeneralOp, [a, b], **dims)
     return out
 
 

@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from xtpu.core.tracing import bind, read_if_variable
-from xtpu.dialects import hlo
+from xtpu.core.tracing import read_if_variable
 from xtpu.ops.array_ops import transpose
-from xtpu.ops.core import shape_of, unify
+from xtpu.ops.core import dot_general, shape_of, unify
 from xtpu.ops.math_ops import reduce_sum
 
 
@@ -115,9 +114,9 @@ def einsum(equation: str, *inputs: Any, **kwargs: Any) -> Any:
     b, tb = _sum_out(b, tb, set(out) | set(ta))
     batch = [c for c in ta if c in tb and c in out]
     contract = [c for c in ta if c in tb and c not in out]
-    (r,) = bind(
-        hlo.DotGeneralOp,
-        [a, b],
+    r = dot_general(
+        a,
+        b,
         lhs_batching_dimensions=tuple(ta.index(c) for c in batch),
         rhs_batching_dimensions=tuple(tb.index(c) for c in batch),
         lhs_contracting_dimensions=tuple(ta.index(c) for c in contract),

@@ -13,9 +13,11 @@ import numpy as np
 from xtpu.core.tracing import bind, convert, current_trace
 from xtpu.dialects import hlo
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
+from xtpu.dialects.tensor_spec import is_float_dtype
 from xtpu.ops.core import (
     broadcast_shapes,
     broadcast_to,
+    dot_general,
     dtype_name,
     dtype_of,
     elementwise,
@@ -183,8 +185,8 @@ def cast(x: Any, dtype: Any, name: str | None = None) -> Any:
 _INIT = {
     "add": lambda dt: 0,
     "mul": lambda dt: 1,
-    "max": lambda dt: -np.inf if dt.startswith("float") else (False if dt == "bool" else np.iinfo(dt).min),
-    "min": lambda dt: np.inf if dt.startswith("float") else (True if dt == "bool" else np.iinfo(dt).max),
+    "max": lambda dt: -np.inf if is_float_dtype(dt) else (False if dt == "bool" else np.iinfo(dt).min),
+    "min": lambda dt: np.inf if is_float_dtype(dt) else (True if dt == "bool" else np.iinfo(dt).max),
 }
 
 
@@ -243,7 +245,7 @@ def reduce_mean(input_tensor: Any, axis: Any = None, keepdims: bool = False, nam
         if n is not None:
             return elementwise(hlo.DivideOp, [total, n], "reduce_mean")
     if count == 0:  # total is all zeros: 0 / 0
-        if dt.startswith("float"):
+        if is_float_dtype(dt):
             return elementwise(hlo.AddOp, [total, scalar(np.nan, dt)], "reduce_mean")
         return total
     return elementwise(hlo.DivideOp, [total, scalar(count, dt)], "reduce_mean")
@@ -274,6 +276,8 @@ def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False,
     dimensions that must match (tf.linalg.matmul; StableHLO dot_general).
 
     Shapes: a ``[..., M, K]``, b ``[..., K, N]`` -> ``[..., M, N]``.
+    bfloat16 / float16 operands multiply exactly and accumulate in float32,
+    rounded once to their dtype (a TPU's MXU; see ``docs/dtypes.md``).
     """
     a, b = unify([a, b], "matmul")
     sa, sb = shape_of(a), shape_of(b)
@@ -285,12 +289,11 @@ def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False,
     batch = tuple(range(r - 2))
     lc = r - 2 if transpose_a else r - 1
     rc = r - 1 if transpose_b else r - 2
-    (out,) = bind(
-        hlo.DotGeneralOp,
-        [a, b],
+    return dot_general(
+        a,
+        b,
         lhs_batching_dimensions=batch,
         rhs_batching_dimensions=batch,
         lhs_contracting_dimensions=(lc,),
         rhs_contracting_dimensions=(rc,),
     )
-    return out

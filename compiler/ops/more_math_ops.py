@@ -15,6 +15,7 @@ from typing import Any
 from xtpu.core.tracing import bind, convert, read_if_variable
 from xtpu.dialects import hlo
 from xtpu.dialects.hlo_rounding import FloorOp
+from xtpu.dialects.tensor_spec import NUMERIC_DTYPES, is_float_dtype
 from xtpu.ops.array_ops import reshape
 from xtpu.ops.core import broadcast_shapes, broadcast_to, dtype_of, elementwise, normalize_axes, scalar, shape_of, unify
 from xtpu.ops.math_ops import maximum, minimum
@@ -68,12 +69,12 @@ def floordiv(x: Any, y: Any, name: str | None = None) -> Any:
     """
     x, y = unify([x, y], "floordiv")
     dt = dtype_of(x)
-    if dt not in ("int32", "int64", "float32", "float64"):
+    if dt not in NUMERIC_DTYPES or dt == "bool":
         raise TypeError(f"floordiv: unsupported dtype {dt}")
     shape = broadcast_shapes(shape_of(x), shape_of(y), op="floordiv")
     x, y = broadcast_to(x, shape), broadcast_to(y, shape)
     (q,) = bind(hlo.DivideOp, [x, y])
-    if dt.startswith("float"):
+    if is_float_dtype(dt):
         (out,) = bind(FloorOp, [q])
         return out
     (qy,) = bind(hlo.MultiplyOp, [q, y])

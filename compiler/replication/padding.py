@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from xtpu.core import pytree
+from xtpu.dialects.tensor_spec import np_kind
 
 FILL = 0
 """The value padding is filled with.  Results never depend on it (tests set
@@ -238,7 +239,7 @@ def pad(flat: Sequence[Sequence[np.ndarray]], padding: Padding) -> list[list[np.
         arrays = []
         for a, shape in zip(rep, padding.shapes):
             if a.shape != shape:
-                b = np.full(shape, FILL, dtype=a.dtype) if a.dtype.kind in "fc" else np.zeros(shape, a.dtype)
+                b = np.full(shape, FILL, dtype=a.dtype) if np_kind(a.dtype) in "fc" else np.zeros(shape, a.dtype)
                 b[tuple(slice(0, n) for n in a.shape)] = a
                 a = b
             arrays.append(a)

@@ -42,7 +42,7 @@ from xtpu.core.pipeline import (
     verify_module,
 )
 from xtpu.dialects import tpu
-from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy
+from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy, from_saved
 from xtpu.replication import distributed
 from xtpu.replication.program import default_pipeline
 from xtpu.runtime.errors import XtpuRuntimeError
@@ -88,7 +88,7 @@ def load_replica_inputs(spec: str) -> list[np.ndarray]:
         _check_magic(path, NPZ_MAGIC, ".npz")
         try:
             with np.load(path, allow_pickle=False) as data:
-                return [data[k] for k in data.files]
+                return [from_saved(data[k]) for k in data.files]
         except (OSError, ValueError) as e:
             raise InputError(f"cannot read {path}: {e}") from None
     arrays = []
@@ -97,7 +97,7 @@ def load_replica_inputs(spec: str) -> list[np.ndarray]:
             raise InputError(f"input file {path!r} must be .npy or .npz")
         _check_magic(path, NPY_MAGIC, ".npy")
         try:
-            arrays.append(np.load(path, allow_pickle=False))
+            arrays.append(from_saved(np.load(path, allow_pickle=False)))
         except (OSError, ValueError) as e:
             raise InputError(f"cannot read {path}: {e}") from None
     return arrays

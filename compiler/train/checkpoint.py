@@ -39,6 +39,7 @@ import numpy as np
 
 from xtpu.core.eager import as_eager_tensor
 from xtpu.core.tracing import current_trace
+from xtpu.dialects.tensor_spec import from_saved
 from xtpu.distribute.variables import Variable
 from xtpu.train.optimizers import Optimizer
 
@@ -246,7 +247,7 @@ class Checkpoint:
         if not os.path.exists(path):
             raise FileNotFoundError(f"no checkpoint at {save_path!r} (expected the file {path})")
         with np.load(path, allow_pickle=False) as data:
-            saved = {k: data[k] for k in data.files}
+            saved = {k: from_saved(data[k]) for k in data.files}
         self._make_missing_state(saved)
         variables, _, _ = _collect(self._roots)
         for key, var in variables.items():

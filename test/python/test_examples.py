@@ -204,3 +204,17 @@ def test_train_digits_with_xtpu_log_debug_shows_trace_compile_and_cache_events()
     assert re.search(r"xtpu\.passes: pass tpu-outline-outside-compilation in \d+\.\d\d ms", err)
     assert len(re.findall(r"xtpu\.compile: cache hit: step_fn", err)) == 4  # 10 steps = 5 runs of 2
     assert re.search(r"xtpu\.runtime: run: 8 workers finished in \d+\.\d\d ms", err)
+
+
+def test_train_digits_mixed_bfloat16_is_within_one_point_of_float32(capsys):
+    """Issue 28: TF's mixed_bfloat16 policy (float32 weights, bfloat16
+    compute) reaches the float32 run's held-out accuracy within 1 point."""
+    acc = {}
+    for precision in ("float32", "mixed_bfloat16"):
+        rc = train_digits.main(["--precision", precision, "--log-every", "0", "--progress-every", "-1"])
+        out = capsys.readouterr().out
+        assert rc == 0, out
+        acc[precision] = float(re.search(r"held-out accuracy: ([0-9.]+)", out).group(1))
+    assert acc["float32"] >= 0.97
+    assert abs(acc["mixed_bfloat16"] - acc["float32"]) <= 0.01, acc
+    assert train_digits.xtpu.keras.mixed_precision.global_policy().name == "float32"  # main restores the policy

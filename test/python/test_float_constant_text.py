@@ -19,9 +19,7 @@ from xdsl.printer import Printer
 import xtpu
 from xtpu.dialects import hlo, make_context
 from xtpu.dialects.primitive import array_from_dense, dense_from_array
-from xtpu.dialects.tensor_spec import NUMERIC_DTYPES
-
-FLOAT_DTYPES = [d for d in NUMERIC_DTYPES if np.dtype(d).kind == "f"]
+from xtpu.dialects.tensor_spec import FLOAT_DTYPES, from_saved, numpy_dtype
 
 BITS = {
     "float32": (
@@ -62,6 +60,44 @@ BITS = {
             0xBFF8000000000000,
         ],
     ),
+    "bfloat16": (
+        np.uint16,
+        [
+            0x7F80,  # inf
+            0xFF80,  # -inf
+            0x7FC0,  # quiet NaN
+            0xFFC0,  # -NaN
+            0x7FC5,  # NaN with a payload
+            0x7F81,  # signalling NaN
+            0xFFBF,  # negative signalling NaN, largest payload
+            0x8000,  # -0.0
+            0x0000,  # 0.0
+            0x0001,  # smallest subnormal
+            0x7F7F,  # largest finite
+            0x807F,  # largest negative subnormal
+            0x3F80,  # 1.0
+            0xBFC0,  # -1.5
+        ],
+    ),
+    "float16": (
+        np.uint16,
+        [
+            0x7C00,
+            0xFC00,
+            0x7E00,
+            0xFE00,
+            0x7E45,
+            0x7C01,
+            0xFDFF,
+            0x8000,
+            0x0000,
+            0x0001,
+            0x7BFF,  # 65504.0
+            0x83FF,
+            0x3C00,
+            0xBE00,
+        ],
+    ),
 }
 
 
@@ -74,7 +110,7 @@ def constants(dtype):
     non-finite value as a splat scalar and as a splat vector, a 2-d array and
     one with more than 100 elements (the hex string form)."""
     udt, bits = BITS[dtype]
-    vec = np.array(bits, dtype=udt).view(dtype)
+    vec = np.array(bits, dtype=udt).view(numpy_dtype(dtype))
     out = [vec, vec[:12].reshape(3, 4), np.tile(vec, 9)]
     for v in vec[:7]:
         out.append(np.array(v))
@@ -84,7 +120,7 @@ def constants(dtype):
 
 def bits_of(a):
     a = np.asarray(a)
-    return a.view({4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
 def assert_same_bits(got, want):
@@ -202,7 +238,7 @@ def test_as_text_through_xtpu_opt_and_xtpu_run(dtype, generic, tmp_path):
     run_tool("xtpu.tools.run", str(src), "-i", str(tmp_path / "x.npy"), "--save", str(tmp_path / "out.npz"))
     with np.load(tmp_path / "out.npz") as saved:
         for j, want in enumerate(cs, start=1):
-            assert_same_bits(saved[f"replica0_output{j}"], want)
+            assert_same_bits(from_saved(saved[f"replica0_output{j}"]), want)
 
 
 def test_reduce_max_through_the_tools(tmp_path):

@@ -1,7 +1,7 @@
 // hlo.floor's verifier: float operands only, result of the operand's type.
 // RUN: xtpu-opt %s --split-input-file --verify-diagnostics | filecheck %s
 
-// CHECK: 'hlo.floor' op does not support dtype int32; expected one of float32, float64
+// CHECK: 'hlo.floor' op does not support dtype int32; expected one of float32, float64, bfloat16, float16
 func.func @floor_int(%a: tensor<3xi32>) {
   %0 = hlo.floor %a : tensor<3xi32>
   func.return

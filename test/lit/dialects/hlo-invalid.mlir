@@ -12,7 +12,7 @@ func.func @add_shape_mismatch(%a: tensor<3xf32>, %b: tensor<4xf32>) {
 
 // -----
 
-// CHECK: 'hlo.add' op does not support dtype string; expected one of float32, float64, int32, int64
+// CHECK: 'hlo.add' op does not support dtype string; expected one of float32, float64, bfloat16, float16, int32, int64, int8, int16, uint8, uint16, uint32, uint64
 func.func @add_strings(%a: tensor<!hlo.string>) {
   %0 = hlo.add %a, %a : tensor<!hlo.string>
   func.return
@@ -20,7 +20,7 @@ func.func @add_strings(%a: tensor<!hlo.string>) {
 
 // -----
 
-// CHECK: 'hlo.and' op does not support dtype float32; expected one of int32, int64, bool
+// CHECK: 'hlo.and' op does not support dtype float32; expected one of int32, int64, int8, int16, uint8, uint16, uint32, uint64, bool
 func.func @and_float(%a: tensor<2xf32>) {
   %0 = hlo.and %a, %a : tensor<2xf32>
   func.return
@@ -28,7 +28,7 @@ func.func @and_float(%a: tensor<2xf32>) {
 
 // -----
 
-// CHECK: 'hlo.exponential' op does not support dtype int32; expected one of float32, float64
+// CHECK: 'hlo.exponential' op does not support dtype int32; expected one of float32, float64, bfloat16, float16
 func.func @exponential_int(%a: tensor<2xi32>) {
   %0 = hlo.exponential %a : tensor<2xi32>
   func.return
@@ -389,7 +389,7 @@ func.func @print_bad_stream(%a: tensor<f32>) {
 
 // -----
 
-// CHECK: 'hlo.summary_scalar' op data must be a scalar of dtype float32, float64, int32, int64, got float32[2]
+// CHECK: 'hlo.summary_scalar' op data must be a scalar of dtype float32, float64, bfloat16, float16, int32, int64, int8, int16, uint8, uint16, uint32, uint64, got float32[2]
 func.func @summary_scalar_of_vector(%x: tensor<2xf32>, %s: tensor<i64>) {
   hlo.summary_scalar "loss" = %x at step %s to "/tmp/logs" : tensor<2xf32>, tensor<i64>
   func.return
@@ -397,7 +397,7 @@ func.func @summary_scalar_of_vector(%x: tensor<2xf32>, %s: tensor<i64>) {
 
 // -----
 
-// CHECK: 'hlo.summary_scalar' op data must be a scalar of dtype float32, float64, int32, int64, got bool[]
+// CHECK: 'hlo.summary_scalar' op data must be a scalar of dtype float32, float64, bfloat16, float16, int32, int64, int8, int16, uint8, uint16, uint32, uint64, got bool[]
 func.func @summary_scalar_of_bool(%x: tensor<i1>, %s: tensor<i64>) {
   hlo.summary_scalar "flag" = %x at step %s to "/tmp/logs" : tensor<i1>, tensor<i64>
   func.return

@@ -1,7 +1,7 @@
 // hlo.summary_histogram's verifier: one broken rule per case.
 // RUN: xtpu-opt %s --split-input-file --verify-diagnostics | filecheck %s
 
-// CHECK: 'hlo.summary_histogram' op data must have dtype float32, float64, int32, int64, got bool[2]
+// CHECK: 'hlo.summary_histogram' op data must have dtype float32, float64, bfloat16, float16, int32, int64, int8, int16, uint8, uint16, uint32, uint64, got bool[2]
 func.func @bool_data(%x: tensor<2xi1>, %s: tensor<i64>) {
   hlo.summary_histogram "w" = %x at step %s to "/tmp/logs" buckets 30 : tensor<2xi1>, tensor<i64>
   func.return

@@ -212,9 +212,9 @@ func.func @nested_replicates(%a: tensor<f32>) {
 
 // -----
 
-// CHECK: 'tpu.replicate' op operand 0 has type tensor<2xbf16>: unsupported element type bf16
-func.func @replicate_of_bf16(%a: tensor<2xbf16>) {
-  tpu.replicate([%a] as %x: tensor<2xbf16>) {n = 1 : i64} {
+// CHECK: 'tpu.replicate' op operand 0 has type tensor<2xi4>: unsupported element type i4
+func.func @replicate_of_i4(%a: tensor<2xi4>) {
+  tpu.replicate([%a] as %x: tensor<2xi4>) {n = 1 : i64} {
     tpu.yield
   }
   func.return
