@@ -29,10 +29,26 @@ bool = "bool"  # noqa: A001 -- TF's name (tf.bool); this module uses no builtin 
 bool_ = "bool"
 string = "string"
 
-#: The names this module exports into ``xtpu``.
-NAMES = ("bfloat16", "bool", "double", "float16", "half", "int8", "int16", "uint8", "uint16", "uint32", "uint64")
 
-__all__ = list(NAMES)
+__all__ = [
+    "bfloat16",
+    "bool",
+    "bool_",
+    "double",
+    "float16",
+    "float32",
+    "float64",
+    "half",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "string",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+]
 
 
 def __dir__() -> list[str]:

@@ -48,6 +48,8 @@ import threading
 import time
 from typing import Any
 
+from xtpu.dialects.tensor_spec import numpy_dtype
+
 DEFAULT_MAX_QUEUE = 10
 """Events buffered before a flush (TF's default for ``max_queue``)."""
 
@@ -285,8 +287,6 @@ def write_tensor(
     from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
     from tensorboardX.proto.tensor_pb2 import TensorProto
     from tensorboardX.proto.tensor_shape_pb2 import TensorShapeProto
-
-    from xtpu.dialects.tensor_spec import numpy_dtype
 
     arr = np.asarray(value)
     shape = TensorShapeProto(dim=[TensorShapeProto.Dim(size=int(d)) for d in arr.shape])
