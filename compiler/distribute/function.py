@@ -436,9 +436,9 @@ class ConcreteFunction:
     #: alive with the trace so that their ids cannot be reused by others
     pinned: list = field(default_factory=list)
 
-    def as_text(self, generic: bool = False) -> str:
-        """The lowered program as MLIR text."""
-        return self.compiled.as_text(generic)
+    def as_text(self, dialect: str | None = None, *, generic: bool = False) -> str:
+        """The lowered program as MLIR text (``dialect="stablehlo"``: as StableHLO)."""
+        return self.compiled.as_text(dialect, generic=generic)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.function(*args, **kwargs)

@@ -379,6 +379,16 @@ def trace(computation: Callable, sig: Signature) -> tuple[ModuleOp, pytree.TreeD
 # --------------------------------------------------------------------------
 
 
+def _module_text(module: ModuleOp, dialect: str | None, generic: bool) -> str:
+    if dialect in (None, "xtpu"):
+        return module_text(module, generic)
+    if dialect == "stablehlo":
+        from xtpu.passes.stablehlo_export import to_text
+
+        return to_text(module)
+    raise ValueError(f'as_text: unknown dialect {dialect!r}; expected None (xtpu\'s dialects) or "stablehlo"')
+
+
 class Lowered:
     """A traced computation (``xtpu.lower``): the module before any pass."""
 
@@ -388,9 +398,16 @@ class Lowered:
         self.out_tree = out_tree
         self.xla_options = xla_options
 
-    def as_text(self, generic: bool = False) -> str:
-        """The traced module as MLIR text."""
-        return module_text(self.module, generic)
+    def as_text(self, dialect: str | None = None, *, generic: bool = False) -> str:
+        """The traced module as MLIR text: xtpu's dialects (default), or with
+        ``dialect="stablehlo"`` one replica's program as StableHLO (JAX's
+        ``Lowered.as_text(dialect=...)``; see :mod:`xtpu.passes.stablehlo_export`).
+
+        Raises:
+          ValueError: an unknown dialect; StableHLOExportError (a ValueError)
+            when the program has host code or an op without a StableHLO form.
+        """
+        return _module_text(self.module, dialect, generic)
 
     @paused_gc()
     def compile(self, pipeline: str | Sequence[str] | None = None, timeout: float | None = None) -> Compiled:
@@ -436,9 +453,18 @@ class Compiled:
         self.executable = Executable(module, timeout=timeout)
         self._plain = _plain_specs(sig)
 
-    def as_text(self, generic: bool = False) -> str:
-        """The lowered module as MLIR text."""
-        return module_text(self.module, generic)
+    def as_text(self, dialect: str | None = None, *, generic: bool = False) -> str:
+        """The lowered module as MLIR text: xtpu's dialects (default), or with
+        ``dialect="stablehlo"`` the device program as StableHLO, ``@main``
+        with ``mhlo.num_replicas`` (JAX's ``Compiled.as_text``; see
+        :mod:`xtpu.passes.stablehlo_export`).
+
+        Raises:
+          ValueError: an unknown dialect; StableHLOExportError (a ValueError)
+            when the program has host programs (outside compilation) or an
+            op without a StableHLO form.
+        """
+        return _module_text(self.module, dialect, generic)
 
     def __call__(self, inputs: Any = None) -> list[Any]:
         """Run with ``inputs`` indexed ``[replica][input]``; returns a list

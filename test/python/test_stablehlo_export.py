@@ -1,0 +1,271 @@
+"""Export to StableHLO: MLIR's parser and verifier accept xtpu's programs,
+and XLA's CPU client runs them with xtpu's replica counts, equal to xtpu's
+runtime (tolerances in xla_reference.py)."""
+
+import glob
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import xla_reference as X  # noqa: E402  (before jax: it asks for 8 CPU devices)
+
+pytest.importorskip("jax")
+
+import xtpu  # noqa: E402
+from xtpu.passes import DEFAULT_PIPELINE  # noqa: E402
+from xtpu.passes.stablehlo_export import StableHLOExportError, export, to_text  # noqa: E402
+from xtpu.pipeline import parse_module, parse_pipeline, run_pipeline, verify_module  # noqa: E402
+
+LIT = os.path.join(os.path.dirname(__file__), "..", "lit")
+
+
+def _lit_programs():
+    """Every valid program of the lit tests (the diagnostics cases excluded:
+    xtpu's own verifier rejects them)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(LIT, "**", "*.mlir"), recursive=True)):
+        for i, chunk in enumerate(open(path).read().split("// -----")):
+            try:
+                module = parse_module(chunk, path)
+                verify_module(module)
+            except Exception:
+                continue
+            out.append((os.path.relpath(path, LIT) + f"#{i}", module))
+    return out
+
+
+# What has no StableHLO form, by the export error's words.
+REFUSED = (
+    "has no device program",  # everything runs on the host
+    "is a string tensor",  # an argument only the host holds
+    "runs on the host",  # strings, print, summaries, host variables
+    "infeed queue",
+    "dynamic-size op",  # hlo.set_dimension_size (maximum_shapes)
+)
+
+
+def test_every_lit_program_exports_and_verifies_or_is_refused_for_a_stated_reason():
+    """A program with host code exports after the default pipeline, the
+    device program alone (host_programs="omit")."""
+    ok = refused = rejected = 0
+    for name, module in _lit_programs():
+        try:
+            text = to_text(module, host_programs="omit")
+        except StableHLOExportError:
+            try:
+                run_pipeline(module, parse_pipeline(",".join(DEFAULT_PIPELINE)))
+            except Exception:
+                rejected += 1  # a diagnostics case of the passes: the program does not compile
+                continue
+            try:
+                text = to_text(module, host_programs="omit")
+            except StableHLOExportError as e:
+                assert any(r in str(e) for r in REFUSED), f"{name}: {e}"
+                refused += 1
+                continue
+        try:
+            X.verify(text)
+        except X.MLIRError as e:
+            raise AssertionError(f"{name}: {e}\n{text}") from None
+        ok += 1
+    assert (ok, refused, rejected) == (151, 30, 8)  # measured; a change is a decision to state
+
+
+# ---- programs run on XLA and on xtpu -------------------------------------------
+
+
+def _mlp(x, w):
+    h = xtpu.math.tanh(xtpu.matmul(x, w))
+    s = xtpu.cross_replica_sum(h)
+    return (
+        xtpu.reduce_sum(s, axis=1),
+        xtpu.reduce_max(s),
+        xtpu.reduce_min(s, axis=0),
+        xtpu.reduce_prod(h[:, :2], axis=1),
+        xtpu.math.argmax(s, axis=1),
+        xtpu.nn.softmax(s),
+        xtpu.nn.log_softmax(h),
+        xtpu.nn.sigmoid(h),
+        xtpu.nn.relu(h),
+    )
+
+
+def _elementwise(x, w):
+    y = w[:2, :3] + 0.5
+    a, b = x, y
+    out = [a + b, a - b, a * b, a / b, xtpu.math.abs(a) ** b, xtpu.math.maximum(a, b), xtpu.math.minimum(a, b)]
+    out += [
+        xtpu.math.abs(a),
+        xtpu.math.exp(a),
+        xtpu.math.log(xtpu.math.abs(a) + 1.0),
+        xtpu.math.sqrt(xtpu.math.abs(b)),
+        -a,
+    ]
+    out += [xtpu.math.floordiv(a, b), xtpu.math.floormod(a, b), xtpu.square(a)]
+    cmp = [a < b, a <= b, a > b, a >= b, xtpu.math.equal(a, b), xtpu.math.not_equal(a, b)]
+    out += [xtpu.where(c, a, b) for c in cmp]
+    out += [xtpu.logical_and(cmp[0], cmp[2]), xtpu.logical_or(cmp[0], cmp[3]), xtpu.logical_not(cmp[1])]
+    out += [xtpu.reduce_all(cmp[0]), xtpu.reduce_any(cmp[1], axis=0)]
+    return out
+
+
+def _integers(x, w):
+    i = xtpu.cast(x * 10.0, xtpu.int32)
+    j = xtpu.cast(xtpu.math.abs(w[:2, :3]) * 7.0, xtpu.int32) + 1
+    k = xtpu.cast(i, xtpu.int64)
+    return [
+        i + j,
+        i * j,
+        i // j,
+        i % j,
+        xtpu.math.maximum(i, j),
+        xtpu.cast(i, xtpu.float64),
+        k * 3,
+        xtpu.cast(i > 0, xtpu.float32),
+    ]
+
+
+def _shapes(x, w):
+    out = [xtpu.reshape(x, [3, 2]), xtpu.transpose(w), xtpu.expand_dims(x, 0), xtpu.concat([x, x], axis=1)]
+    out += [xtpu.stack([x, x]), xtpu.tile(x, [2, 1]), x[1:, ::2], xtpu.one_hot(xtpu.range(3), 4)]
+    out += [xtpu.gather(w, [2, 0], axis=0), xtpu.zeros_like(x) + xtpu.cast(xtpu.fill([2, 3], 2.0), x.dtype)]
+    out += [xtpu.einsum("ij,jk->ik", x, w), xtpu.einsum("ij,ij->i", x, x)]
+    return out
+
+
+def _control(x, w):
+    s = xtpu.reduce_sum(x)
+    c = xtpu.cond(s > 0.0, lambda: x * 2.0, lambda: x - w[:2, :3])
+
+    def body(i, acc):
+        return i + 1, acc * 0.5 + w[:2, :3]
+
+    _, loop = xtpu.while_loop(lambda i, acc: i < 3, body, [xtpu.constant(0), x])
+    sw = xtpu.switch_case(xtpu.cast(xtpu.replica_id(), xtpu.int32), [lambda: x + 1.0, lambda: x * 3.0])
+    return c, loop, sw, xtpu.replica_id()
+
+
+def _collectives(x, w):
+    t = xtpu.all_to_all(xtpu.reshape(w, [2, 6]), concat_dimension=1, split_dimension=0, split_count=2)
+    p = xtpu.collective_permute(x, [[0, 1], [1, 0]])
+    g = xtpu.cross_replica_sum(x, group_assignment=[[0], [1]])
+    return t, p, g
+
+
+def _random(x, w):
+    u = xtpu.random.stateless_uniform([3, 5], seed=[1, 2])
+    return u, xtpu.cast(u, x.dtype) * x[0, 0]
+
+
+def _gradients(x, w):
+    with xtpu.GradientTape() as tape:
+        tape.watch(w)
+        h = xtpu.math.tanh(xtpu.matmul(x, w))
+        loss = xtpu.reduce_sum(xtpu.nn.softmax(h) * h) + xtpu.reduce_sum(xtpu.concat([w[1:], w[:1]], 0) ** 2)
+    (g,) = tape.gradient(loss, [w])
+    return loss, xtpu.cross_replica_sum(g)
+
+
+PROGRAMS = {
+    "mlp": _mlp,
+    "elementwise": _elementwise,
+    "integers": _integers,
+    "shapes": _shapes,
+    "control": _control,
+    "collectives": _collectives,
+    "random": _random,
+    "gradients": _gradients,
+}
+
+
+def _inputs(seed, dtype=np.float32, replicas=2):
+    rng = np.random.default_rng(seed)
+    return [
+        [rng.standard_normal((2, 3)).astype(dtype), rng.standard_normal((3, 4)).astype(dtype)] for _ in range(replicas)
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_program_runs_on_xla_equal_to_xtpu(name, dtype):
+    inputs = _inputs(7, dtype)
+    compiled = xtpu.lower(PROGRAMS[name], inputs).compile()
+    X.check_against_xtpu(compiled, inputs)
+
+
+def test_traced_program_exports_too():
+    """``Lowered.as_text(dialect="stablehlo")``: cross_replica_sum becomes an
+    all_reduce over every replica, as tpu-lower-cross-replica-sum makes it."""
+    inputs = _inputs(3, replicas=4)
+    lowered = xtpu.lower(_mlp, inputs)
+    text = lowered.as_text(dialect="stablehlo")
+    assert "mhlo.num_replicas = 4 : i32" in text
+    assert "replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>" in text
+    X.check_against_xtpu(lowered.compile(), inputs, text=text)
+
+
+def test_module_form():
+    inputs = _inputs(1)
+    text = xtpu.lower(_mlp, inputs).compile().as_text(dialect="stablehlo")
+    pretty = X.pretty(text)
+    assert "module attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 2 : i32}" in pretty
+    assert "func.func @main(%arg0: tensor<2x3xf32>, %arg1: tensor<3x4xf32>)" in pretty
+    assert "precision = [HIGHEST, HIGHEST]" in pretty
+    assert "channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>" in pretty
+
+
+def test_unknown_dialect_is_refused():
+    lowered = xtpu.lower(_mlp, _inputs(1))
+    with pytest.raises(ValueError, match="unknown dialect 'mhlo'"):
+        lowered.as_text(dialect="mhlo")
+
+
+def _with_host_code(x):
+    y = x * 2.0
+    z = xtpu.outside_compilation(lambda v: xtpu.strings.to_number(xtpu.strings.format("{}", v)) + 1.0, y)
+    return z * 3.0
+
+
+def test_host_programs_are_refused_by_name_and_omitted_on_request():
+    inputs = [[np.float32(1.5)], [np.float32(2.5)]]
+    compiled = xtpu.lower(_with_host_code, inputs).compile()
+    with pytest.raises(StableHLOExportError, match=r"host programs.*outside_compilation cluster '0'"):
+        compiled.as_text(dialect="stablehlo")
+    text = to_text(compiled.module, host_programs="omit")
+    X.verify(text)
+    pretty = X.pretty(text)
+    # TF's TPU bridge: one send / recv per value, is_host_transfer, tf_rendezvous names.
+    assert '_xla_host_transfer_rendezvous = "host_compute_channel_0_args_dtoh_0"' in pretty
+    assert '_xla_host_transfer_rendezvous = "host_compute_channel_0_retvals_htod_0"' in pretty
+    assert pretty.count("is_host_transfer = true") == 2
+    assert '_xla_host_transfer_handler_name = "tf_rendezvous"' in pretty
+
+
+def test_an_op_without_a_stablehlo_form_is_named_with_its_line():
+    lowered = xtpu.lower(_with_host_code, [[np.float32(1.5)]])
+    with pytest.raises(StableHLOExportError, match=r"'tpu.outside_compilation' op \(at test_stablehlo_export.py:\d+\)"):
+        export(lowered.module)
+
+
+def test_logical_cores_become_partitions():
+    """Two logical cores per replica: mhlo.num_partitions = 2, collectives
+    over global device ids (r * 2 + c) with channel handles."""
+    da = xtpu.DeviceAssignment.build(
+        xtpu.Topology(mesh_shape=[1, 1, 1, 4]), num_replicas=2, computation_shape=[1, 1, 1, 2]
+    )
+
+    rng = np.random.default_rng(0)
+    inputs = [[rng.standard_normal((2, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)]] * 2
+
+    def f(x, w):
+        return xtpu.reduce_sum(xtpu.matmul(xtpu.split_to_logical_devices(x, [1, 2]), w))
+
+    compiled = xtpu.lower(f, inputs, device_assignment=da).compile()
+    text = compiled.as_text(dialect="stablehlo")
+    X.verify(text)
+    assert "mhlo.num_partitions = 2 : i32" in text
+    assert "use_global_device_ids" in text
