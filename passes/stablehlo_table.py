@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from xdsl.dialects.builtin import (
     ArrayAttr,
     BoolAttr,
@@ -354,6 +355,258 @@ def _refuse(reason: str) -> Export:
     return export
 
 
+# ---- import rules that are more than a rename -------------------------------------
+
+
+def _import_constant(im, op, xs):
+    return im.apply(hlo.ConstantOp, [], {"value": im.attr(op, "value")}, _result_types(op))
+
+
+def _import_compare(im, op, xs):
+    kind = im.attr(op, "compare_type")
+    if kind is not None and S.enum_value(kind) == "TOTALORDER":
+        im.refuse(op, "compares in TOTALORDER (NaN ordered), which xtpu's hlo.compare does not have")
+    direction = S.enum_value(im.attr(op, "comparison_direction"))
+    return im.bind(hlo.CompareOp, xs, comparison_direction=direction)
+
+
+def _dot_params(attr) -> dict[str, tuple[int, ...]]:
+    f = S.fields(attr)
+    return {
+        k: S.int_list(f.get(k, "[]"))
+        for k in (
+            "lhs_batching_dimensions",
+            "rhs_batching_dimensions",
+            "lhs_contracting_dimensions",
+            "rhs_contracting_dimensions",
+        )
+    }
+
+
+def _import_dot_general(im, op, xs):
+    """Precision and algorithm attributes are not kept: xtpu multiplies in
+    the operand type (HIGHEST); a result type other than the operands' (a
+    mixed-precision dot) is refused."""
+    _same_result_dtype(im, op)
+    return im.bind(hlo.DotGeneralOp, xs, **_dot_params(im.attr(op, "dot_dimension_numbers")))
+
+
+def _import_dot(im, op, xs):
+    _same_result_dtype(im, op)
+    lhs_rank = len(im.spec(xs[0]).shape)
+    return im.bind(
+        hlo.DotGeneralOp,
+        xs,
+        lhs_batching_dimensions=(),
+        rhs_batching_dimensions=(),
+        lhs_contracting_dimensions=(lhs_rank - 1,),
+        rhs_contracting_dimensions=(0,),
+    )
+
+
+def _same_result_dtype(im, op) -> None:
+    if TensorSpec.of_type(op.results[0].type).dtype != TensorSpec.of_type(op.operands[0].type).dtype:
+        im.refuse(op, "has a result type other than its operands' (xtpu's dot_general keeps the operand type)")
+
+
+def _reduction_kind(im, op) -> str:
+    """The binary op of a reduction region: one StableHLO op applied to the
+    two block arguments, returned (what JAX and TF emit for sum, max, ...)."""
+    block = op.regions[0].block
+    ops = list(block.ops)
+    if len(ops) == 2 and im.op_name(ops[1]) in ("stablehlo.return", "func.return"):
+        kind = REDUCTION_KINDS.get(im.op_name(ops[0]))
+        if (
+            kind is not None
+            and set(ops[0].operands) == set(block.args)
+            and list(ops[1].operands) == [ops[0].results[0]]
+        ):
+            return kind
+    im.refuse(op, "has a reduction body other than one add/multiply/maximum/minimum/and/or of its two arguments")
+    raise AssertionError
+
+
+def _import_reduce(im, op, xs):
+    if len(xs) != 2:
+        im.refuse(op, f"reduces {len(xs) // 2} operands together (a variadic reduce), which xtpu does not have")
+    kind = _reduction_kind(im, op)
+    return im.bind(hlo.ReduceOp, xs, computation=kind, dimensions=tuple(im.attr(op, "dimensions").get_values()))
+
+
+def _import_id(cls) -> Import:
+    """``ui32`` in StableHLO, ``int32`` in xtpu: the value is the same
+    (ids are small); the ``convert`` that follows in JAX's programs keeps it."""
+
+    def import_(im, op, xs):
+        return im.bind(cls, [])
+
+    return import_
+
+
+def _import_if(im, op, xs):
+    true_fn, false_fn = (im.region_fn(r) for r in op.regions)
+    return im.sink.if_(xs[0], true_fn, false_fn)
+
+
+def _import_case(im, op, xs):
+    """``case``: branch ``index``, the last one for an index out of range
+    (StableHLO spec: case)."""
+    return im.sink.switch(xs[0], [im.region_fn(r) for r in op.regions])
+
+
+def _import_while(im, op, xs):
+    cond_fn, body_fn = (im.region_fn(r) for r in op.regions)
+    return im.sink.while_(lambda *v: cond_fn(*v)[0], body_fn, xs)
+
+
+def _groups(im, op, key="replica_groups"):
+    return GroupsParam().decode(im.attr(op, key))
+
+
+def _import_all_reduce(im, op, xs):
+    kind = _reduction_kind(im, op)
+    return im.bind(ccl.AllReduceOp, xs, replica_groups=_groups(im, op), computation=kind)
+
+
+def _import_all_gather(im, op, xs):
+    dim = im.attr(op, "all_gather_dim").value.data
+    return im.bind(ccl.AllGatherOp, xs, replica_groups=_groups(im, op), all_gather_dim=dim)
+
+
+def _import_reduce_scatter(im, op, xs):
+    kind = _reduction_kind(im, op)
+    dim = im.attr(op, "scatter_dimension").value.data
+    return im.bind(ccl.ReduceScatterOp, xs, replica_groups=_groups(im, op), scatter_dimension=dim, computation=kind)
+
+
+def _import_all_to_all(im, op, xs):
+    return im.bind(
+        ccl.AllToAllOp,
+        xs,
+        replica_groups=_groups(im, op),
+        split_dimension=im.attr(op, "split_dimension").value.data,
+        concat_dimension=im.attr(op, "concat_dimension").value.data,
+    )
+
+
+def _import_collective_permute(im, op, xs):
+    pairs = GroupsParam().decode(im.attr(op, "source_target_pairs"))
+    return im.bind(ccl.CollectivePermuteOp, xs, source_target_pairs=pairs)
+
+
+def _import_custom_call(im, op, xs):
+    """Only XLA's sharding annotation (``@Sharding`` with ``mhlo.sharding``)
+    has an xtpu form, ``tpu.sharding_constraint``."""
+    target = im.attr(op, "call_target_name")
+    name = target.data if isinstance(target, StringAttr) else str(target)
+    sharding = im.attr(op, "mhlo.sharding")
+    if name == "Sharding" and isinstance(sharding, StringAttr) and len(xs) == 1:
+        return im.sharding(xs[0], sharding.data)
+    im.refuse(op, f"calls custom_call target '{name}', which xtpu cannot run")
+    raise AssertionError
+
+
+def _import_identity(im, op, xs):
+    return list(xs)
+
+
+# Compositions: StableHLO ops xtpu has no op for, written with xtpu ops
+# (each exact, or within the ulps of the op it replaces: noted).
+
+
+def _full_like(im, x, value):
+    spec = im.spec(x)
+    c = im.bind(hlo.ConstantOp, [], value=np.asarray(value, dtype=spec.dtype))[0]
+    return im.bind(hlo.BroadcastInDimOp, [c], broadcast_dimensions=(), shape=spec.shape)[0]
+
+
+def _import_rsqrt(im, op, xs):
+    """``1 / sqrt(x)``: two correctly rounded ops, within 1 ulp of XLA's rsqrt."""
+    (x,) = xs
+    (r,) = im.bind(hlo.SqrtOp, [x])
+    return im.bind(hlo.DivideOp, [_full_like(im, x, 1), r])
+
+
+def _import_clamp(im, op, xs):
+    """``min(max(operand, min), max)`` (StableHLO spec: clamp); a scalar
+    bound is broadcast."""
+    lo, x, hi = xs
+    shape = im.spec(x).shape
+
+    def full(v):
+        if im.spec(v).shape == shape:
+            return v
+        return im.bind(hlo.BroadcastInDimOp, [v], broadcast_dimensions=(), shape=shape)[0]
+
+    (m,) = im.bind(hlo.MaximumOp, [x, full(lo)])
+    return im.bind(hlo.MinimumOp, [m, full(hi)])
+
+
+def _import_sign(im, op, xs):
+    """-1, 0 or 1 by sign; NaN and +-0 return themselves (StableHLO spec: sign)."""
+    (x,) = xs
+    zero = _full_like(im, x, 0)
+    (pos,) = im.bind(hlo.CompareOp, [x, zero], comparison_direction="GT")
+    (neg,) = im.bind(hlo.CompareOp, [x, zero], comparison_direction="LT")
+    (y,) = im.bind(hlo.SelectOp, [neg, _full_like(im, x, -1), x])
+    return im.bind(hlo.SelectOp, [pos, _full_like(im, x, 1), y])
+
+
+def _import_xor(im, op, xs):
+    """``(a or b) and not (a and b)``, exact for bools and ints."""
+    a, b = xs
+    (o,) = im.bind(hlo.OrOp, [a, b])
+    (n,) = im.bind(hlo.AndOp, [a, b])
+    (nn,) = im.bind(hlo.NotOp, [n])
+    return im.bind(hlo.AndOp, [o, nn])
+
+
+def _import_remainder(im, op, xs):
+    """Integers: ``a - b * (a / b)`` with the truncating divide, exact
+    (StableHLO spec: remainder).  Float remainder is refused: no exact
+    composition of xtpu's ops."""
+    a, b = xs
+    if im.spec(a).dtype.startswith("float"):
+        im.refuse(op, "on floats has no exact form in xtpu's ops")
+    (q,) = im.bind(hlo.DivideOp, [a, b])
+    (p,) = im.bind(hlo.MultiplyOp, [b, q])
+    return im.bind(hlo.SubtractOp, [a, p])
+
+
+def _import_log1p(im, op, xs):
+    """``log(1 + x)`` accurate near 0: ``u = 1 + x``; ``x`` where ``u == 1``,
+    else ``log(u) * x / (u - 1)`` (Goldberg's formula, a few ulps)."""
+    (x,) = xs
+    one = _full_like(im, x, 1)
+    (u,) = im.bind(hlo.AddOp, [one, x])
+    (is_one,) = im.bind(hlo.CompareOp, [u, one], comparison_direction="EQ")
+    (lg,) = im.bind(hlo.LogOp, [u])
+    (d,) = im.bind(hlo.SubtractOp, [u, one])
+    (t,) = im.bind(hlo.MultiplyOp, [lg, x])
+    (r,) = im.bind(hlo.DivideOp, [t, d])
+    (inf,) = im.bind(hlo.CompareOp, [u, _full_like(im, x, np.inf)], comparison_direction="EQ")
+    (r,) = im.bind(hlo.SelectOp, [inf, u, r])
+    return im.bind(hlo.SelectOp, [is_one, x, r])
+
+
+def _import_expm1(im, op, xs):
+    """``exp(x) - 1`` accurate near 0: ``u = exp(x)``; ``x`` where ``u == 1``,
+    ``-1`` where ``u - 1 == -1``, else ``(u - 1) * x / log(u)`` (Kahan's, a few ulps)."""
+    (x,) = xs
+    one = _full_like(im, x, 1)
+    (u,) = im.bind(hlo.ExpOp, [x])
+    (d,) = im.bind(hlo.SubtractOp, [u, one])
+    (lg,) = im.bind(hlo.LogOp, [u])
+    (t,) = im.bind(hlo.MultiplyOp, [d, x])
+    (r,) = im.bind(hlo.DivideOp, [t, lg])
+    (is_one,) = im.bind(hlo.CompareOp, [u, one], comparison_direction="EQ")
+    (is_inf,) = im.bind(hlo.CompareOp, [u, _full_like(im, x, np.inf)], comparison_direction="EQ")
+    (minus,) = im.bind(hlo.CompareOp, [d, _full_like(im, x, -1)], comparison_direction="EQ")
+    (r,) = im.bind(hlo.SelectOp, [minus, d, r])
+    (r,) = im.bind(hlo.SelectOp, [is_inf, u, r])
+    return im.bind(hlo.SelectOp, [is_one, x, r])
+
+
 # ---- the table ------------------------------------------------------------------
 
 _ELEMENTWISE = [
@@ -397,27 +650,39 @@ _HOST_REASON = "runs on the host (no StableHLO form); it belongs in a host progr
 ENTRIES: list[Entry] = [
     *(same(cls, name) for cls, name in _ELEMENTWISE),
     *(same(cls, name, props) for cls, name, props in _WITH_PROPS),
-    Entry("hlo.constant", "stablehlo.constant", _export_constant),
-    Entry("hlo.compare", "stablehlo.compare", _export_compare),
-    Entry("hlo.dot_general", "stablehlo.dot_general", _export_dot_general),
-    Entry("hlo.reduce", "stablehlo.reduce", _export_reduce),
+    Entry("hlo.constant", "stablehlo.constant", _export_constant, _import_constant),
+    Entry("hlo.compare", "stablehlo.compare", _export_compare, _import_compare),
+    Entry("hlo.dot_general", "stablehlo.dot_general", _export_dot_general, _import_dot_general),
+    Entry("hlo.reduce", "stablehlo.reduce", _export_reduce, _import_reduce),
     Entry("hlo.rng_bit_generator", "stablehlo.rng_bit_generator", _export_rng),
-    Entry("hlo.if", "stablehlo.if", _export_if),
-    Entry("hlo.while", "stablehlo.while", _export_while),
+    Entry("hlo.if", "stablehlo.if", _export_if, _import_if),
+    Entry("hlo.while", "stablehlo.while", _export_while, _import_while),
     Entry("hlo.return", "stablehlo.return", _export_return),
     Entry(StopGradientOp.name, None, _identity, note="the identity (gradients are xtpu's, taken before export)"),
     Entry(CustomGradientOp.name, None, _identity, note="the identity on its outputs (its rule is Python)"),
-    Entry(tpu.ReplicaIdOp.name, "stablehlo.replica_id", _export_id("stablehlo.replica_id")),
-    Entry(tpu.LogicalCoreIdOp.name, "stablehlo.partition_id", _export_id("stablehlo.partition_id")),
+    Entry(
+        tpu.ReplicaIdOp.name, "stablehlo.replica_id", _export_id("stablehlo.replica_id"), _import_id(tpu.ReplicaIdOp)
+    ),
+    Entry(
+        tpu.LogicalCoreIdOp.name,
+        "stablehlo.partition_id",
+        _export_id("stablehlo.partition_id"),
+        _import_id(tpu.LogicalCoreIdOp),
+    ),
     Entry(tpu.CrossReplicaSumOp.name, None, _export_cross_replica_sum),
-    Entry(ccl.AllReduceOp.name, "stablehlo.all_reduce", _export_all_reduce),
-    Entry(ccl.AllGatherOp.name, "stablehlo.all_gather", _export_all_gather),
-    Entry(ccl.ReduceScatterOp.name, "stablehlo.reduce_scatter", _export_reduce_scatter),
-    Entry(ccl.AllToAllOp.name, "stablehlo.all_to_all", _export_all_to_all),
-    Entry(ccl.CollectivePermuteOp.name, "stablehlo.collective_permute", _export_collective_permute),
+    Entry(ccl.AllReduceOp.name, "stablehlo.all_reduce", _export_all_reduce, _import_all_reduce),
+    Entry(ccl.AllGatherOp.name, "stablehlo.all_gather", _export_all_gather, _import_all_gather),
+    Entry(ccl.ReduceScatterOp.name, "stablehlo.reduce_scatter", _export_reduce_scatter, _import_reduce_scatter),
+    Entry(ccl.AllToAllOp.name, "stablehlo.all_to_all", _export_all_to_all, _import_all_to_all),
+    Entry(
+        ccl.CollectivePermuteOp.name,
+        "stablehlo.collective_permute",
+        _export_collective_permute,
+        _import_collective_permute,
+    ),
     Entry(tpu.SendToHostOp.name, "stablehlo.send", _export_send_to_host),
     Entry(tpu.RecvFromHostOp.name, "stablehlo.recv", _export_recv_from_host),
-    Entry(tpu.ShardingConstraintOp.name, "stablehlo.custom_call", _export_sharding),
+    Entry(tpu.ShardingConstraintOp.name, "stablehlo.custom_call", _export_sharding, _import_custom_call),
     Entry(
         "hlo.set_dimension_size",
         None,
@@ -443,5 +708,19 @@ ENTRIES: list[Entry] = [
     ),
 ]
 
+# StableHLO ops without an xtpu op of their own, imported as compositions.
+ENTRIES += [
+    Entry(None, "stablehlo.dot", None, _import_dot, note="dot_general contracting lhs's last dimension"),
+    Entry(None, "stablehlo.case", None, _import_case, note="xtpu.switch_case / nested hlo.if"),
+    Entry(None, "stablehlo.optimization_barrier", None, _import_identity, note="the identity"),
+    Entry(None, "stablehlo.rsqrt", None, _import_rsqrt, note="1 / sqrt(x), within 1 ulp"),
+    Entry(None, "stablehlo.clamp", None, _import_clamp, note="minimum(maximum(x, lo), hi)"),
+    Entry(None, "stablehlo.sign", None, _import_sign, note="two selects"),
+    Entry(None, "stablehlo.xor", None, _import_xor, note="(a or b) and not (a and b)"),
+    Entry(None, "stablehlo.remainder", None, _import_remainder, note="integers only: a - b * (a / b)"),
+    Entry(None, "stablehlo.log_plus_one", None, _import_log1p, note="Goldberg's log1p, a few ulps"),
+    Entry(None, "stablehlo.exponential_minus_one", None, _import_expm1, note="Kahan's expm1, a few ulps"),
+]
+
 EXPORT: dict[str, Entry] = {e.xtpu: e for e in ENTRIES if e.xtpu is not None and e.export is not None}
-IMPORT: dict[str, Entry] = {}
+IMPORT: dict[str, Entry] = {e.stablehlo: e for e in ENTRIES if e.stablehlo is not None and e.import_ is not None}

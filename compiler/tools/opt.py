@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ _load_numpy_with_one_blas_thread()
 
 from xdsl.passes import ModulePass  # noqa: E402
 from xdsl.utils.exceptions import DiagnosticException, ParseError  # noqa: E402
+from xdsl.utils.target import Target  # noqa: E402
 from xdsl.xdsl_opt_main import xDSLOptMain  # noqa: E402
 
 from xtpu.about import __version__  # noqa: E402
@@ -145,9 +147,26 @@ class XtpuOptMain(xDSLOptMain):
         super().register_all_frontends()
 
         def parse_mlir(io):
-            return parse_module(io.read(), self.get_input_name(), self.ctx, getattr(self, "_line_offset", 0))
+            text = io.read()
+            if isinstance(text, bytes) and text.startswith(b"ML\xefR"):  # MLIR bytecode: StableHLO's artifacts
+                from xtpu.passes.stablehlo_import import import_module
+
+                return import_module(text)
+            if _is_stablehlo(text):
+                # StableHLO (from JAX, TF, XLA, ...): its ops converted to xtpu's.
+                from xtpu.passes.stablehlo_import import import_module
+
+                return import_module(text)
+            return parse_module(text, self.get_input_name(), self.ctx, getattr(self, "_line_offset", 0))
 
         self.available_frontends["mlir"] = parse_mlir
+
+    def register_all_targets(self) -> None:
+        """xDSL's targets and ``stablehlo``: ``-t stablehlo`` prints the
+        device program as StableHLO (``-t 'stablehlo{host-programs=omit}'``
+        leaves host programs out instead of refusing them)."""
+        super().register_all_targets()
+        self.available_targets["stablehlo"] = lambda: StableHLOTarget
 
     def parse_chunk(self, chunk, file_extension: str, start_offset: int = 0):
         self._line_offset = start_offset
@@ -172,6 +191,31 @@ class XtpuOptMain(xDSLOptMain):
             check(previous, module, next_pass)
 
         self.pipeline = PassPipeline(self.pipeline.passes, callback)
+
+
+def _is_stablehlo(text: str | bytes) -> bool:
+    """Whether ``text`` is a StableHLO module: it has ``stablehlo.*`` ops and
+    none of xtpu's (``hlo.*``, ``tpu.*``, ``ccl.*``)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return re.search(r"\bstablehlo\.", text) is not None and re.search(r"(?<![\w.])(hlo|tpu|ccl)\.", text) is None
+
+
+@dataclasses.dataclass(frozen=True)
+class StableHLOTarget(Target):
+    """``-t stablehlo``: the module's device program as StableHLO
+    (:mod:`xtpu.passes.stablehlo_export`), in MLIR's generic form."""
+
+    name = "stablehlo"
+    host_programs: str = "refuse"
+
+    def emit(self, ctx, module, output) -> None:
+        from xtpu.passes.stablehlo_export import StableHLOExportError, to_text
+
+        try:
+            output.write(to_text(module, self.host_programs))
+        except StableHLOExportError as e:
+            raise DiagnosticException(str(e)) from None
 
 
 def main(args: Sequence[str] | None = None) -> None:
