@@ -20,6 +20,8 @@ the op and its location.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -103,6 +105,18 @@ def parse(source: str | bytes) -> tuple[ModuleOp, list[str] | None]:
     return Parser(S.generic_context(), text).parse_module(), locations
 
 
+def _short_location(loc: str) -> str:
+    """``file.py:12:3 ("jit(f)/sin")`` for MLIR's location text: the
+    innermost file position (the user's line, for JAX's call-site chains)
+    and the op's name in the program, if any."""
+    pos = re.search(r'"([^"]+)":(\d+):(\d+)', loc)
+    name = re.match(r'loc\("([^"]*)"', loc)
+    if pos is None:
+        return f'"{name.group(1)}"' if name else loc
+    where = f"{os.path.basename(pos.group(1))}:{pos.group(2)}:{pos.group(3)}"
+    return f'{where} ("{name.group(1)}")' if name and name.group(1) != pos.group(1) else where
+
+
 def op_name(op: Operation) -> str:
     return op.op_name.data if isinstance(op, UnregisteredOp) else op.name
 
@@ -122,7 +136,11 @@ class Sink:
     def if_(self, pred: Any, true_fn: Callable, false_fn: Callable) -> list[Any]:
         raise NotImplementedError
 
-    def while_(self, cond_fn: Callable, body_fn: Callable, init: Sequence[Any]) -> list[Any]:
+    def while_(
+        self, cond_fn: Callable, body_fn: Callable, init: Sequence[Any], maximum_iterations: int | None = None
+    ) -> list[Any]:
+        """``body_fn`` while ``cond_fn``; ``maximum_iterations``, when the
+        loop's own regions fix its trip count, is that count."""
         raise NotImplementedError
 
     def switch(self, index: Any, branches: Sequence[Callable]) -> list[Any]:
@@ -184,7 +202,7 @@ class IRSink(Sink):
         self.block.add_op(op)
         return list(op.results)
 
-    def while_(self, cond_fn, body_fn, init):
+    def while_(self, cond_fn, body_fn, init, maximum_iterations=None):
         types = [v.type for v in init]
         c, _ = self._region(lambda *a: [cond_fn(*a)], types)
         b, _ = self._region(body_fn, types)
@@ -238,7 +256,7 @@ class Importer:
         while fn is not None and not isinstance(fn, FuncOp):
             fn = fn.parent_op()
         inside = f" in @{fn.sym_name.data}" if isinstance(fn, FuncOp) else ""
-        return f"{inside} at {loc}" if loc and loc != "loc(unknown)" else inside
+        return f"{inside} at {_short_location(loc)}" if loc and loc != "loc(unknown)" else inside
 
     def refuse(self, op: Operation, reason: str) -> None:
         raise StableHLOImportError(f"'{op_name(op)}' op{self.where(op)} {reason}")

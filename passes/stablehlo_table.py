@@ -51,7 +51,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xtpu.dialects import ccl, hlo, hlo_rounding, tpu
 from xtpu.dialects.autodiff import CustomGradientOp, StopGradientOp
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
-from xtpu.dialects.primitive import GroupsParam, PrimitiveOp
+from xtpu.dialects.primitive import GroupsParam, PrimitiveOp, array_from_dense
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.passes import stablehlo_syntax as S
 
@@ -455,8 +455,48 @@ def _import_case(im, op, xs):
 
 
 def _import_while(im, op, xs):
+    """A loop whose trip count its own regions fix (JAX's ``fori_loop`` and
+    ``scan``: a counter from a constant, ``LT`` a constant, ``+ 1`` each
+    step) is given that count as ``maximum_iterations``, which xtpu's
+    gradient of a loop needs."""
     cond_fn, body_fn = (im.region_fn(r) for r in op.regions)
-    return im.sink.while_(lambda *v: cond_fn(*v)[0], body_fn, xs)
+    return im.sink.while_(lambda *v: cond_fn(*v)[0], body_fn, xs, _trip_count(im, op))
+
+
+def _constant_of(im, v) -> int | None:
+    """The integer held by ``v`` when a StableHLO ``constant`` defines it."""
+    owner = v.owner
+    if isinstance(owner, Operation) and im.op_name(owner) == "stablehlo.constant":
+        arr = np.asarray(array_from_dense(im.attr(owner, "value")))
+        if arr.shape == () and arr.dtype.kind in "iu":
+            return int(arr)
+    return None
+
+
+def _trip_count(im, op) -> int | None:
+    cond, body = (r.block for r in op.regions)
+    ret = cond.last_op
+    if ret is None or len(ret.operands) != 1:
+        return None
+    cmp = ret.operands[0].owner
+    if not isinstance(cmp, Operation) or im.op_name(cmp) != "stablehlo.compare":
+        return None
+    if S.enum_value(im.attr(cmp, "comparison_direction")) != "LT":
+        return None
+    counter, limit = cmp.operands
+    if counter not in cond.args or (stop := _constant_of(im, limit)) is None:
+        return None
+    k = cond.args.index(counter)
+    start = _constant_of(im, op.operands[k])
+    step = body.last_op.operands[k].owner if body.last_op is not None else None
+    if start is None or not isinstance(step, Operation) or im.op_name(step) != "stablehlo.add":
+        return None
+    a, b = step.operands
+    if set((a, b)) - {body.args[k]} and [_constant_of(im, v) for v in (a, b) if v is not body.args[k]] != [1]:
+        return None
+    if body.args[k] not in (a, b):
+        return None
+    return max(stop - start, 0)
 
 
 def _groups(im, op, key="replica_groups"):
@@ -571,6 +611,13 @@ def _import_remainder(im, op, xs):
     (q,) = im.bind(hlo.DivideOp, [a, b])
     (p,) = im.bind(hlo.MultiplyOp, [b, q])
     return im.bind(hlo.SubtractOp, [a, p])
+
+
+def _import_is_finite(im, op, xs):
+    """``x - x == 0``: false for inf and NaN (whose difference is NaN), exact."""
+    (x,) = xs
+    (d,) = im.bind(hlo.SubtractOp, [x, x])
+    return im.bind(hlo.CompareOp, [d, _full_like(im, x, 0)], comparison_direction="EQ")
 
 
 def _import_log1p(im, op, xs):
@@ -718,6 +765,7 @@ ENTRIES += [
     Entry(None, "stablehlo.sign", None, _import_sign, note="two selects"),
     Entry(None, "stablehlo.xor", None, _import_xor, note="(a or b) and not (a and b)"),
     Entry(None, "stablehlo.remainder", None, _import_remainder, note="integers only: a - b * (a / b)"),
+    Entry(None, "stablehlo.is_finite", None, _import_is_finite, note="x - x == 0"),
     Entry(None, "stablehlo.log_plus_one", None, _import_log1p, note="Goldberg's log1p, a few ulps"),
     Entry(None, "stablehlo.exponential_minus_one", None, _import_expm1, note="Kahan's expm1, a few ulps"),
 ]

@@ -39,10 +39,17 @@ class _TracerSink(Sink):
 
         return list(cond(pred, lambda: tuple(true_fn()), lambda: tuple(false_fn())))
 
-    def while_(self, cond_fn, body_fn, init):
+    def while_(self, cond_fn, body_fn, init, maximum_iterations=None):
         from xtpu.ops.control_flow import while_loop
 
-        return list(while_loop(lambda *v: cond_fn(*v), lambda *v: tuple(body_fn(*v)), list(init)))
+        return list(
+            while_loop(
+                lambda *v: cond_fn(*v),
+                lambda *v: tuple(body_fn(*v)),
+                list(init),
+                maximum_iterations=maximum_iterations,
+            )
+        )
 
     def switch(self, index, branches):
         """``xtpu.switch_case``: an index out of range runs the last branch,
@@ -150,8 +157,8 @@ def from_jax(fn: Callable[..., Any]) -> Callable[..., Any]:
             def flat_fn(*leaves):
                 return fn(*jax.tree_util.tree_unflatten(treedef, leaves))
 
-            low = jax.jit(flat_fn).lower(*structs)
-            text = low.as_text()
+            low = jax.jit(flat_fn, keep_unused=True).lower(*structs)
+            text = low.as_text(debug_info=True)
             out_tree = low.out_tree
         got = (text, out_tree)
         with lock:
