@@ -48,12 +48,21 @@ def run_one(seed: int, i: int, args) -> dict:
     t0 = time.perf_counter()
     ch = fp.RandomChooser(program_seed(seed, i))
     avoid = fp.ALWAYS_AVOID | (frozenset(fp.DEFECTS) if args.avoid_known else frozenset())
+    if args.xla:
+        avoid |= {"host_code"}  # no outside compilation, strings or print: programs StableHLO can say
     roundtrip = args.roundtrip_every > 0 and i % args.roundtrip_every == 0
-    prog, configs = None, []
+    prog, configs, exported = None, [], False
     try:
         prog = fp.generate(ch, avoid)
-        configs = fp.configs_for(prog)
-        failure = fp.check_program(prog, configs=configs, roundtrip=roundtrip, timeout=args.timeout, avoid=avoid)
+        if args.xla:
+            configs = [(fp.XLA_REPLICAS, 1)]
+            roundtrip = False
+            got = fp.run_xla(prog, fp.XLA_REPLICAS, args.timeout)
+            failure = None if isinstance(got, str) else fp.check_xla(prog, args.timeout)
+            exported = got if isinstance(got, str) else True
+        else:
+            configs = fp.configs_for(prog)
+            failure = fp.check_program(prog, configs=configs, roundtrip=roundtrip, timeout=args.timeout, avoid=avoid)
     except Exception:  # noqa: BLE001 - the generator or harness itself failed: report it
         failure = fp.Failure("crash", "harness", traceback.format_exc(limit=6))
     out = {
@@ -64,6 +73,8 @@ def run_one(seed: int, i: int, args) -> dict:
         "runs": len(configs) + (3 if roundtrip else 0),
         "status": "ok",
     }
+    if args.xla:
+        out["exported"] = exported if prog is not None else "the generator failed"
     if failure is not None:
         out.update(
             status=failure.kind,
@@ -178,6 +189,8 @@ def minimize_one(rec: dict, args) -> str:
     import fuzz_programs as fp
 
     avoid = fp.ALWAYS_AVOID | (frozenset(fp.DEFECTS) if args.avoid_known else frozenset())
+    if args.xla:
+        avoid |= {"host_code"}  # no outside compilation, strings or print: programs StableHLO can say
     want = rec["known"] or rec["signature"]
     roundtrip = bool(rec.get("roundtrip"))
 
@@ -266,10 +279,19 @@ def main(argv=None) -> int:
     ap.add_argument("--minimize-budget", type=float, default=120.0, help="seconds per minimization")
     ap.add_argument("--progress", type=float, default=30.0, help="seconds between progress lines on stderr (0: none)")
     ap.add_argument("--json", default=None, help="also write every program's summary to this file")
+    ap.add_argument(
+        "--xla",
+        action="store_true",
+        help="xla mode: each program compiled by xtpu on 2 replicas, exported to StableHLO and run by XLA's CPU "
+        "client; XLA's values against xtpu's (programs with host code have no StableHLO form and are counted)",
+    )
     args = ap.parse_args(argv)
 
     sys.path.insert(0, os.path.join(HERE, "..", "test", "python"))
     import fuzz_programs as fp
+
+    if args.xla:
+        print("xla mode: xtpu's compiled program against XLA's CPU client running its StableHLO export", flush=True)
 
     print(
         f"fuzzing {args.programs} programs, seed {args.seed}, {args.jobs} worker processes, "
@@ -290,6 +312,12 @@ def main(argv=None) -> int:
         f"mismatches: {counts['mismatch']}, crashes: {counts['crash']}, hangs: {counts['hang']}, "
         f"agreeing: {counts['ok']}"
     )
+    if args.xla:
+        n = sum(1 for r in records if r.get("exported") is True)
+        print(f"xla: {n} programs exported to StableHLO and run on XLA and xtpu; not run:")
+        skipped = collections.Counter(r["exported"] for r in records if r.get("exported") is not True)
+        for why, k in skipped.most_common():
+            print(f"  {k:5d} x {why}")
 
     groups: dict[str, list[dict]] = collections.defaultdict(list)
     for r in records:

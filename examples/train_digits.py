@@ -119,8 +119,9 @@ def make_optimizer(api: str, name: str, lr: float):
     return xtpu.tpu.CrossShardOptimizer(inner)
 
 
-def make_step(api: str, optimizer, weights, global_batch: int, per_replica: int, writer):
-    """The per-replica step ``fn(batch) -> global loss`` for ``strategy.run``."""
+def make_step(api: str, optimizer, weights, global_batch: int, per_replica: int, writer, logs: bool = True):
+    """The per-replica step ``fn(batch) -> global loss`` for ``strategy.run``;
+    without ``logs`` (``--log-every 0``) it has no host code at all."""
 
     def host_log(step, local_losses, global_loss):
         # One cluster prints every replica's line, in replica order: the same
@@ -148,6 +149,8 @@ def make_step(api: str, optimizer, weights, global_batch: int, per_replica: int,
             local = summed_loss(x, y, weights) / float(per_replica)
             optimizer.minimize(local, var_list=weights)
         global_loss = ctx.all_reduce(xtpu.ReduceOp.MEAN, local)
+        if not logs:
+            return global_loss
 
         def log_it():
             local_losses = ctx.all_gather(xtpu.reshape(local, [1]), axis=0)  # [replicas], every replica
@@ -253,7 +256,7 @@ def train(args, x_train, y_train, params):
         weights = [xtpu.Variable(p, name=n) for p, n in zip(params, ["w1", "b1", "w2", "b2"])]
         optimizer = make_optimizer(args.api, args.optimizer, args.lr)
     writer = xtpu.summary.create_file_writer(args.logdir) if args.logdir else None
-    step_fn = make_step(args.api, optimizer, weights, args.batch, per_replica, writer)
+    step_fn = make_step(args.api, optimizer, weights, args.batch, per_replica, writer, logs=bool(args.log_every))
 
     rng = np.random.default_rng(args.seed + 2)
     indices = list(batch_order(rng, len(x_train), args.batch, args.steps))

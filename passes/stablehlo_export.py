@@ -234,7 +234,7 @@ def _replica_arguments(fn: FuncOp, rep: ReplicateOp) -> tuple[list[SSAValue], di
     fargs = list(fn.body.block.args)
     k = len(fargs) // n if n and len(fargs) % n == 0 else 0
     args: list[SSAValue] = [fargs[i * n] for i in range(k)]
-    bind: dict[SSAValue, int] = {}
+    bind: dict[SSAValue, int] = {fargs[i * n]: i for i in range(k)}  # an input returned as it is
     index = {a: i for i, a in enumerate(fargs)}
     if any(barg.type != rep.replicated_inputs[j * n].type for j, barg in enumerate(rep.body.block.args)):
         # A partitioned program: its arguments are one logical core's shards.
@@ -248,6 +248,28 @@ def _replica_arguments(fn: FuncOp, rep: ReplicateOp) -> tuple[list[SSAValue], di
             bind[barg] = len(args)
             args.append(barg)
     return args, bind
+
+
+def _replica_results(fn: FuncOp, rep: ReplicateOp) -> list[SSAValue]:
+    """One replica's results of ``@main``: what the function returns for
+    replica 0, ``[output][replica]``, as values of the device program (an
+    output of the replicate is its ``tpu.yield`` operand; an input returned
+    as it is stays that input)."""
+    n = rep.num_replicas
+    term = rep.body.block.last_op
+    ret = fn.body.block.last_op
+    assert isinstance(term, YieldOp) and ret is not None
+    outs = list(ret.operands)
+    if not n or len(outs) % n:
+        return list(term.operands)
+    picked = []
+    for j in range(len(outs) // n):
+        v = outs[j * n]
+        if v.owner is rep:
+            picked.append(term.operands[rep.results.index(v) // n])
+        else:
+            picked.append(v)
+    return picked
 
 
 def _device_replicate(fn: FuncOp) -> ReplicateOp | None:
@@ -305,7 +327,7 @@ def export(module: ModuleOp, host_programs: str = "refuse") -> ModuleOp:
                     before.append(op)
             ops = before + [op for op in body.ops if op is not term]
             args, bind = _replica_arguments(fn, rep)
-            funcs.append(ex.function(fn.sym_name.data, args, ops, lambda t=term: list(t.operands), bind))
+            funcs.append(ex.function(fn.sym_name.data, args, ops, lambda: _replica_results(fn, rep), bind))
         else:
             if any(isinstance(op, ReplicateOp) for op in block.ops):
                 raise StableHLOExportError(

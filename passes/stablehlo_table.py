@@ -38,6 +38,7 @@ import numpy as np
 from xdsl.dialects.builtin import (
     ArrayAttr,
     BoolAttr,
+    DenseArrayBase,
     DictionaryAttr,
     IntegerAttr,
     StringAttr,
@@ -51,7 +52,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xtpu.dialects import ccl, hlo, hlo_rounding, tpu
 from xtpu.dialects.autodiff import CustomGradientOp, StopGradientOp
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
-from xtpu.dialects.primitive import GroupsParam, PrimitiveOp, array_from_dense
+from xtpu.dialects.primitive import GroupsParam, PrimitiveOp, array_from_dense, dense_from_array
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.passes import stablehlo_syntax as S
 
@@ -122,6 +123,72 @@ def _element(v: SSAValue) -> Attribute:
 
 def _export_constant(ex, op, xs):
     return ex.emit("stablehlo.constant", [], _result_types(op), {"value": op.properties["value"]})
+
+
+def _splat(ex, value, like: SSAValue) -> SSAValue:
+    """A constant of ``like``'s type filled with ``value``."""
+    spec = TensorSpec.of_type(like.type)
+    arr = np.asarray(value, dtype=spec.dtype)
+    (c,) = ex.emit("stablehlo.constant", [], [TensorType(_element(like), [])], {"value": dense_from_array(arr)})
+    if not spec.shape:
+        return c
+    (b,) = ex.emit(
+        "stablehlo.broadcast_in_dim",
+        [c],
+        [like.type],
+        {"broadcast_dimensions": DenseArrayBase.from_list(i64, [])},
+    )
+    return b
+
+
+def _compare(ex, a, b, direction, kind):
+    t = TensorType(i1, TensorSpec.of_type(a.type).shape)
+    props = {
+        "comparison_direction": S.enum_attr("comparison_direction", direction),
+        "compare_type": S.enum_attr("comparison_type", kind),
+    }
+    return ex.emit("stablehlo.compare", [a, b], [t], props)[0]
+
+
+def _export_convert(ex, op, xs):
+    """Float to integer: where StableHLO leaves the result implementation
+    defined (NaN, infinities, values out of the integer's range) xtpu's
+    runtime gives numpy's answer, the integer's minimum (x86's "integer
+    indefinite"); the export writes that choice out with a ``select``, so
+    XLA (which saturates, NaN to 0) computes what xtpu computes."""
+    (x,) = xs
+    src = TensorSpec.of_type(op.operands[0].type).dtype
+    dst = TensorSpec.of_type(op.results[0].type).dtype
+    (y,) = ex.emit("stablehlo.convert", xs, _result_types(op))
+    if not (src.startswith("float") and dst.startswith("int")):
+        return [y]
+    bits = np.iinfo(dst).bits
+    ftype = np.dtype(src).type
+    hi = ftype(2.0 ** (bits - 1))
+    lo = ftype(-(2.0 ** (bits - 1)))
+    below = ftype(-(2.0 ** (bits - 1)) - 1)
+    ok_hi = _compare(ex, x, _splat(ex, hi, x), "LT", "FLOAT")
+    ok_lo = (
+        _compare(ex, x, _splat(ex, lo, x), "GE", "FLOAT")
+        if below == lo
+        else _compare(ex, x, _splat(ex, below, x), "GT", "FLOAT")
+    )
+    t = ok_hi.type
+    (ok,) = ex.emit("stablehlo.and", [ok_hi, ok_lo], [t])  # false for NaN too
+    return ex.emit("stablehlo.select", [ok, y, _splat(ex, np.iinfo(dst).min, y)], _result_types(op))
+
+
+def _export_divide(ex, op, xs):
+    """Integer division by zero is implementation defined in StableHLO (XLA
+    gives -1); xtpu's runtime gives numpy's 0, written out with ``select``s."""
+    a, b = xs
+    if not TensorSpec.of_type(op.results[0].type).dtype.startswith("int"):
+        return ex.emit("stablehlo.divide", xs, _result_types(op))
+    zero = _splat(ex, 0, b)
+    is_zero = _compare(ex, b, zero, "EQ", "SIGNED")
+    (safe,) = ex.emit("stablehlo.select", [is_zero, _splat(ex, 1, b), b], [b.type])
+    (q,) = ex.emit("stablehlo.divide", [a, safe], _result_types(op))
+    return ex.emit("stablehlo.select", [is_zero, zero, q], _result_types(op))
 
 
 def _export_compare(ex, op, xs):
@@ -660,7 +727,6 @@ _ELEMENTWISE = [
     (hlo.AddOp, "stablehlo.add"),
     (hlo.SubtractOp, "stablehlo.subtract"),
     (hlo.MultiplyOp, "stablehlo.multiply"),
-    (hlo.DivideOp, "stablehlo.divide"),
     (hlo.PowerOp, "stablehlo.power"),
     (hlo.MaximumOp, "stablehlo.maximum"),
     (hlo.MinimumOp, "stablehlo.minimum"),
@@ -676,7 +742,6 @@ _ELEMENTWISE = [
     (hlo.NotOp, "stablehlo.not"),
     (hlo_rounding.FloorOp, "stablehlo.floor"),
     (hlo.SelectOp, "stablehlo.select"),
-    (hlo.ConvertOp, "stablehlo.convert"),
     (hlo.ReshapeOp, "stablehlo.reshape"),
     (hlo.DynamicUpdateSliceOp, "stablehlo.dynamic_update_slice"),
 ]
@@ -698,6 +763,20 @@ ENTRIES: list[Entry] = [
     *(same(cls, name) for cls, name in _ELEMENTWISE),
     *(same(cls, name, props) for cls, name, props in _WITH_PROPS),
     Entry("hlo.constant", "stablehlo.constant", _export_constant, _import_constant),
+    Entry(
+        "hlo.convert",
+        "stablehlo.convert",
+        _export_convert,
+        same(hlo.ConvertOp, "stablehlo.convert").import_,
+        note="float to int: xtpu's (numpy's) INT_MIN where StableHLO leaves it to the implementation",
+    ),
+    Entry(
+        "hlo.divide",
+        "stablehlo.divide",
+        _export_divide,
+        same(hlo.DivideOp, "stablehlo.divide").import_,
+        note="integer division by zero: xtpu's (numpy's) 0",
+    ),
     Entry("hlo.compare", "stablehlo.compare", _export_compare, _import_compare),
     Entry("hlo.dot_general", "stablehlo.dot_general", _export_dot_general, _import_dot_general),
     Entry("hlo.reduce", "stablehlo.reduce", _export_reduce, _import_reduce),

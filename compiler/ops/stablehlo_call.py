@@ -168,9 +168,10 @@ def from_jax(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapped(*args: Any) -> Any:
         import jax
 
-        from xtpu.tracing import spec_of
+        from xtpu.tracing import read_if_variable, spec_of
 
         leaves, treedef = jax.tree_util.tree_flatten(args, is_leaf=lambda x: x is None)
+        leaves = [read_if_variable(x) for x in leaves]  # a variable is read once, where the tape sees it
         specs = [spec_of(x) for x in leaves]
         text, out_tree = lowered(treedef, specs)
         out = call_stablehlo(text, *leaves)

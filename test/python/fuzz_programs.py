@@ -526,6 +526,7 @@ class Generator:
     def statement(self, scope: Scope, indent: int) -> None:
         ch = self.ch
         has_float = any(v.spec.dtype in FLOAT for v in scope.visible())
+        host_free = "host_code" in self.avoid  # the xla mode: programs StableHLO can say, and valid
         kinds = [
             (20, "op"),
             (2, "const"),
@@ -533,12 +534,12 @@ class Generator:
             (1, "rid"),
             (3 if scope.depth < 3 and not scope.no_cf else 0, "cond"),
             (3 if scope.depth < 3 and not scope.no_cf else 0, "while"),
-            (3 if not scope.in_oc and scope.depth < 3 else 0, "oc"),
+            (3 if not scope.in_oc and scope.depth < 3 and not host_free else 0, "oc"),
             (4 if has_float and scope.grad_depth < 2 and scope.depth < 3 else 0, "grad"),
             (2 if not scope.in_oc else 0, "split"),
-            (2, "string"),
-            (1, "print"),
-            (1 if not scope.in_cf else 0, "invalid"),  # eagerly, branches not taken never run
+            (0 if host_free else 2, "string"),
+            (0 if host_free else 1, "print"),
+            (1 if not scope.in_cf and not host_free else 0, "invalid"),  # eagerly, branches not taken never run
         ]
         kind = ch.weighted(kinds)
         getattr(self, f"stmt_{kind}")(scope, indent)
@@ -2060,6 +2061,62 @@ def check_program(
                     if f is not None:
                         return f
     return None
+
+
+XLA_REPLICAS = 2
+"""Replicas of the ``xla`` mode's runs (XLA's CPU client with 8 devices)."""
+
+
+def run_xla(program: Program, replicas: int = XLA_REPLICAS, timeout: float = 30.0) -> tuple[Outcome, Outcome] | str:
+    """The ``xla`` mode: the program compiled by xtpu, exported to StableHLO
+    (``Compiled.as_text(dialect="stablehlo")``) and run by XLA's CPU client
+    (test/python/xla_reference.py) with the same per-replica inputs; returns
+    ``(xtpu's outcome, XLA's)``, or why it did not run: the program has no
+    StableHLO form (the export's refusal), or xtpu does not compile or run
+    it (the other modes compare those against eager)."""
+    import xla_reference as X
+
+    from xtpu import pytree
+    from xtpu.passes.stablehlo_export import StableHLOExportError
+
+    src = program.source(Ctx("compiled", replicas, 1))
+    fn = _exec(src, {"xtpu": xtpu, "np": np}, "xla")
+    inputs = program.input_values(replicas)
+    try:
+        with _timeout_env(timeout):
+            compiled = xtpu.lower(fn, inputs).compile(timeout=timeout)
+        text = compiled.as_text(dialect="stablehlo")
+    except StableHLOExportError as e:
+        return "no StableHLO form: " + re.sub(r" \(at [^)]*\)", "", str(e))[:90]
+    except Exception:  # noqa: BLE001 - compiled errors are the compiled mode's to compare
+        return "xtpu does not compile it"
+    with _timeout_env(timeout):
+        ours = _compiled_outcome(lambda: [pytree.flatten(list(rep))[0] for rep in compiled(inputs)])
+    if ours.status != "ok":
+        return "xtpu's run raised"
+    flat = [[np.asarray(a) for a in pytree.flatten(list(rep))[0]] for rep in inputs]
+    try:
+        theirs = Outcome("ok", values=X.run(text, flat))
+    except Exception as e:  # noqa: BLE001 - XLA rejected or failed: a crash to report
+        theirs = Outcome("error", error=e)
+    return ours, theirs
+
+
+def check_xla(program: Program, timeout: float = 30.0) -> Failure | None:
+    """XLA's values of the exported program against xtpu's runtime, or None
+    when they agree (within compare_values's tolerances) or the program has
+    no StableHLO form.  Where StableHLO leaves a result to the
+    implementation (float to int of NaN or out of range, integer division
+    by zero) the export writes xtpu's choice out, so XLA must agree there too."""
+    got = run_xla(program, XLA_REPLICAS, timeout)
+    if isinstance(got, str):
+        return None
+    ours, theirs = got
+    nan_ok = {j for j, name in enumerate(program.outputs) if name in program.lenient}
+    f = compare(ours, theirs, f"xla R={XLA_REPLICAS}", XLA_REPLICAS, 1, False, nan_ok)
+    if f is not None and f.kind == "crash":
+        f.detail = f.detail.replace("compiled raised", "XLA raised").replace("eager", "xtpu")
+    return f
 
 
 def classify_known(failure: Failure, program: Program | None = None) -> str | None:

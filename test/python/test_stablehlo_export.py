@@ -2,7 +2,9 @@
 and XLA's CPU client runs them with xtpu's replica counts, equal to xtpu's
 runtime (tolerances in xla_reference.py)."""
 
+import contextlib
 import glob
+import io
 import os
 import sys
 
@@ -269,3 +271,84 @@ def test_logical_cores_become_partitions():
     X.verify(text)
     assert "mhlo.num_partitions = 2 : i32" in text
     assert "use_global_device_ids" in text
+
+
+# ---- the examples' compiled steps ----------------------------------------------
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+
+@contextlib.contextmanager
+def _compiled_steps():
+    """The programs the examples run: every ``Compiled`` called, with the
+    first inputs it got (``[replica][input]`` numpy arrays)."""
+    from xtpu.replication import Compiled
+
+    seen: dict[int, tuple] = {}
+    run = Compiled._run
+
+    def recording(self, flat, checked=False):
+        seen.setdefault(id(self), (self, [[np.array(a) for a in rep] for rep in flat]))
+        return run(self, flat, checked)
+
+    Compiled._run = recording
+    try:
+        yield seen
+    finally:
+        Compiled._run = run
+
+
+def _run_example(name, argv):
+    sys.path.insert(0, EXAMPLES)
+    module = __import__(name)
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        rc = module.main(argv)
+    assert rc == 0, out.getvalue()
+
+
+def test_train_digits_step_exports_and_runs_on_xla_with_8_replicas():
+    """The digits example without logging (no host code): its compiled
+    step runs on XLA's CPU client with its 8 replicas, equal to xtpu's
+    runtime (xla_reference's tolerances: XLA's tanh is within 4 ulps)."""
+    pytest.importorskip("sklearn")
+    with _compiled_steps() as seen:
+        _run_example("train_digits", ["--steps", "4", "--log-every", "0", "--min-accuracy", "0", "--tolerance", "1"])
+    assert seen
+    for compiled, inputs in seen.values():
+        assert len(inputs) == 8
+        X.check_against_xtpu(compiled, inputs)
+
+
+def test_jax_example_step_exports_and_runs_on_xla():
+    with _compiled_steps() as seen:
+        _run_example("jax_model_in_tpu_strategy", ["--replicas", "4", "--steps", "2"])
+    assert seen
+    for compiled, inputs in seen.values():
+        X.check_against_xtpu(compiled, inputs)
+
+
+def test_examples_with_host_code_export_their_device_programs():
+    """With logging (outside compilation, summaries), the steps' device
+    programs verify in MLIR, their host transfers stablehlo.send / recv;
+    the host programs are refused by name by as_text(dialect="stablehlo")."""
+    pytest.importorskip("sklearn")
+    with _compiled_steps() as seen:
+        _run_example(
+            "train_digits",
+            ["--replicas", "2", "--steps", "2", "--log-every", "1", "--min-accuracy", "0", "--tolerance", "1"],
+        )
+        _run_example(
+            "tpu_guide_training_loop",
+            ["--replicas", "2", "--steps", "4", "--save-at", "2", "--log-every", "2", "--min-accuracy", "0"],
+        )
+    assert len(seen) >= 2
+    for compiled, _ in seen.values():
+        text = to_text(compiled.module, host_programs="omit")
+        X.verify(text)
+        if (
+            any(op.name == "func.func" for op in compiled.module.ops if op is not None)
+            and "host_compute_channel" in compiled.as_text()
+        ):
+            assert '"stablehlo.send"' in text or '"stablehlo.recv"' in text
+            with pytest.raises(StableHLOExportError, match="host programs"):
+                compiled.as_text(dialect="stablehlo")
