@@ -105,16 +105,20 @@ def parse(source: str | bytes) -> tuple[ModuleOp, list[str] | None]:
     return Parser(S.generic_context(), text).parse_module(), locations
 
 
-def _short_location(loc: str) -> str:
+def _short_location(loc: str, source: str | None = None, line_offset: int = 0) -> str:
     """``file.py:12:3 ("jit(f)/sin")`` for MLIR's location text: the
     innermost file position (the user's line, for JAX's call-site chains)
-    and the op's name in the program, if any."""
+    and the op's name in the program, if any; MLIR's ``"-"`` (the buffer it
+    read) becomes ``source``, lines counted from ``line_offset``."""
     pos = re.search(r'"([^"]+)":(\d+):(\d+)', loc)
-    name = re.match(r'loc\("([^"]*)"', loc)
+    label = re.match(r'loc\("([^"]*)"', loc)
     if pos is None:
-        return f'"{name.group(1)}"' if name else loc
-    where = f"{os.path.basename(pos.group(1))}:{pos.group(2)}:{pos.group(3)}"
-    return f'{where} ("{name.group(1)}")' if name and name.group(1) != pos.group(1) else where
+        return f'"{label.group(1)}"' if label else loc
+    file, line = pos.group(1), int(pos.group(2))
+    if file == "-" and source is not None:
+        file, line = source, line + line_offset
+    where = f"{os.path.basename(file)}:{line}:{pos.group(3)}"
+    return f'{where} ("{label.group(1)}")' if label and label.group(1) != pos.group(1) else where
 
 
 def op_name(op: Operation) -> str:
@@ -217,8 +221,16 @@ class IRSink(Sink):
 class Importer:
     """Inlines a StableHLO module's functions as xtpu ops through ``sink``."""
 
-    def __init__(self, module: ModuleOp, sink: Sink, locations: list[str] | None = None):
+    def __init__(
+        self,
+        module: ModuleOp,
+        sink: Sink,
+        locations: list[str] | None = None,
+        name: str | None = None,
+        line_offset: int = 0,
+    ):
         self.module = module
+        self._name, self._line_offset = name, line_offset
         self.sink = sink
         self.funcs = {op.sym_name.data: op for op in module.ops if isinstance(op, FuncOp)}
         self._where: dict[Operation, str] = {}
@@ -256,7 +268,9 @@ class Importer:
         while fn is not None and not isinstance(fn, FuncOp):
             fn = fn.parent_op()
         inside = f" in @{fn.sym_name.data}" if isinstance(fn, FuncOp) else ""
-        return f"{inside} at {_short_location(loc)}" if loc and loc != "loc(unknown)" else inside
+        if not loc or loc == "loc(unknown)":
+            return inside
+        return f"{inside} at {_short_location(loc, self._name, self._line_offset)}"
 
     def refuse(self, op: Operation, reason: str) -> None:
         raise StableHLOImportError(f"'{op_name(op)}' op{self.where(op)} {reason}")
@@ -384,7 +398,7 @@ def num_replicas(module: ModuleOp) -> int:
     return int(attr.value.data) if isinstance(attr, IntegerAttr) else 1
 
 
-def import_module(source: str | bytes | ModuleOp) -> ModuleOp:
+def import_module(source: str | bytes | ModuleOp, name: str | None = None, line_offset: int = 0) -> ModuleOp:
     """An xtpu module for a StableHLO module: ``func.func @main`` taking
     every replica's inputs (``[input][replica]``, ``xtpu.lower``'s form)
     around a ``tpu.replicate`` of ``mhlo.num_replicas`` replicas whose body
@@ -401,7 +415,7 @@ def import_module(source: str | bytes | ModuleOp) -> ModuleOp:
     n = num_replicas(module)
     body = Block()
     sink = IRSink(body)
-    imp = Importer(module, sink, locations)
+    imp = Importer(module, sink, locations, name, line_offset)
     imp.check()
     main = imp.funcs["main"]
     in_types = [a.type for a in main.body.block.args]

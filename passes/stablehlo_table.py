@@ -570,20 +570,33 @@ def _groups(im, op, key="replica_groups"):
     return GroupsParam().decode(im.attr(op, key))
 
 
+def _channel(im, op) -> dict[str, int]:
+    """``channel_id`` from a ``channel_handle``, when the op has one."""
+    handle = im.attr(op, "channel_handle")
+    return {"channel_id": int(S.fields(handle)["handle"])} if handle is not None else {}
+
+
 def _import_all_reduce(im, op, xs):
     kind = _reduction_kind(im, op)
-    return im.bind(ccl.AllReduceOp, xs, replica_groups=_groups(im, op), computation=kind)
+    return im.bind(ccl.AllReduceOp, xs, replica_groups=_groups(im, op), computation=kind, **_channel(im, op))
 
 
 def _import_all_gather(im, op, xs):
     dim = im.attr(op, "all_gather_dim").value.data
-    return im.bind(ccl.AllGatherOp, xs, replica_groups=_groups(im, op), all_gather_dim=dim)
+    return im.bind(ccl.AllGatherOp, xs, replica_groups=_groups(im, op), all_gather_dim=dim, **_channel(im, op))
 
 
 def _import_reduce_scatter(im, op, xs):
     kind = _reduction_kind(im, op)
     dim = im.attr(op, "scatter_dimension").value.data
-    return im.bind(ccl.ReduceScatterOp, xs, replica_groups=_groups(im, op), scatter_dimension=dim, computation=kind)
+    return im.bind(
+        ccl.ReduceScatterOp,
+        xs,
+        replica_groups=_groups(im, op),
+        scatter_dimension=dim,
+        computation=kind,
+        **_channel(im, op),
+    )
 
 
 def _import_all_to_all(im, op, xs):

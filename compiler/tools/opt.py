@@ -46,6 +46,8 @@ from xtpu.about import __version__  # noqa: E402
 from xtpu.core.pipeline import PipelineError, parse_module, parse_pipeline, verify_module  # noqa: E402
 from xtpu.dialects import DIALECTS  # noqa: E402
 from xtpu.passes import ALL_PASSES, DEFAULT_PIPELINE, SPMD_PIPELINE  # noqa: E402
+from xtpu.passes.stablehlo_export import StableHLOExportError, to_text  # noqa: E402
+from xtpu.passes.stablehlo_import import StableHLOImportError, import_module  # noqa: E402
 
 
 def pass_summary(cls: type[ModulePass]) -> str:
@@ -149,14 +151,10 @@ class XtpuOptMain(xDSLOptMain):
         def parse_mlir(io):
             text = io.read()
             if isinstance(text, bytes) and text.startswith(b"ML\xefR"):  # MLIR bytecode: StableHLO's artifacts
-                from xtpu.passes.stablehlo_import import import_module
-
                 return import_module(text)
             if _is_stablehlo(text):
                 # StableHLO (from JAX, TF, XLA, ...): its ops converted to xtpu's.
-                from xtpu.passes.stablehlo_import import import_module
-
-                return import_module(text)
+                return import_module(text, self.get_input_name(), getattr(self, "_line_offset", 0))
             return parse_module(text, self.get_input_name(), self.ctx, getattr(self, "_line_offset", 0))
 
         self.available_frontends["mlir"] = parse_mlir
@@ -198,6 +196,7 @@ def _is_stablehlo(text: str | bytes) -> bool:
     none of xtpu's (``hlo.*``, ``tpu.*``, ``ccl.*``)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
+    text = re.sub(r"//[^\n]*", "", text)  # comments (lit's CHECK lines) say nothing
     return re.search(r"\bstablehlo\.", text) is not None and re.search(r"(?<![\w.])(hlo|tpu|ccl)\.", text) is None
 
 
@@ -210,8 +209,6 @@ class StableHLOTarget(Target):
     host_programs: str = "refuse"
 
     def emit(self, ctx, module, output) -> None:
-        from xtpu.passes.stablehlo_export import StableHLOExportError, to_text
-
         try:
             output.write(to_text(module, self.host_programs))
         except StableHLOExportError as e:
@@ -229,7 +226,7 @@ def main(args: Sequence[str] | None = None) -> None:
     except OSError as e:  # the input or output file
         print(f"xtpu-opt: error: cannot open {e.filename}: {e.strerror}", file=sys.stderr)
         raise SystemExit(1) from None
-    except (DiagnosticException, ParseError) as e:
+    except (DiagnosticException, ParseError, StableHLOImportError) as e:
         print(f"xtpu-opt: error: {e}", file=sys.stderr)
         for note in getattr(e, "__notes__", ()):
             print(note, file=sys.stderr)
