@@ -5,7 +5,7 @@ function it calls) is inlined as xtpu ops where it is called, so xtpu's
 passes, gradients (``GradientTape``), partitioner and runtime treat them as
 their own.  Outside a replicated computation the ops run eagerly on numpy.
 The conversion is the table of :mod:`xtpu.passes.stablehlo_table`; the ops
-are bound through xtpu's tracer (:func:`xtpu.tracing.bind`).
+are bound through xtpu's tracer (:func:`xtpu.core.tracing.bind`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from xtpu.core.tracing import bind, convert, read_if_variable, spec_of
+from xtpu.dialects.tensor_spec import TensorSpec
+from xtpu.ops.control_flow import cond, while_loop
+from xtpu.ops.switch_case import switch_case
 from xtpu.passes.stablehlo_import import Importer, Sink, StableHLOImportError, parse
 
 __all__ = ["call_stablehlo", "from_jax", "StableHLOImportError"]
@@ -25,23 +29,15 @@ class _TracerSink(Sink):
     """Binds the imported ops with xtpu's tracer: eagerly, traced, taped."""
 
     def bind(self, cls, operands, **params):
-        from xtpu.tracing import bind
-
         return bind(cls, list(operands), **params)
 
     def spec(self, value):
-        from xtpu.tracing import spec_of
-
         return spec_of(value)
 
     def if_(self, pred, true_fn, false_fn):
-        from xtpu.ops.control_flow import cond
-
         return list(cond(pred, lambda: tuple(true_fn()), lambda: tuple(false_fn())))
 
     def while_(self, cond_fn, body_fn, init, maximum_iterations=None):
-        from xtpu.ops.control_flow import while_loop
-
         return list(
             while_loop(
                 lambda *v: cond_fn(*v),
@@ -54,8 +50,6 @@ class _TracerSink(Sink):
     def switch(self, index, branches):
         """``xtpu.switch_case``: an index out of range runs the last branch,
         as StableHLO's ``case`` does."""
-        from xtpu.ops.switch_case import switch_case
-
         return list(switch_case(index, [lambda b=b: tuple(b()) for b in branches]))
 
 
@@ -100,8 +94,6 @@ def call_stablehlo(module: str | bytes, *args: Any) -> Any:
         bf16, ...); raised before anything runs.
       ValueError: ``args`` do not match ``@main``'s arguments.
     """
-    from xtpu.tracing import convert, read_if_variable, spec_of
-
     parsed, locations = _parsed(module)
     imp = Importer(parsed, _SINK, locations)
     main = imp.funcs.get("main")
@@ -110,8 +102,6 @@ def call_stablehlo(module: str | bytes, *args: Any) -> Any:
     want = [a.type for a in main.body.block.args]
     if len(args) != len(want):
         raise ValueError(f"call_stablehlo: @main takes {len(want)} arguments, got {len(args)}")
-    from xtpu.dialects.tensor_spec import TensorSpec
-
     values = []
     for i, (a, t) in enumerate(zip(args, want)):
         spec = TensorSpec.of_type(t)
@@ -167,8 +157,6 @@ def from_jax(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     def wrapped(*args: Any) -> Any:
         import jax
-
-        from xtpu.tracing import read_if_variable, spec_of
 
         leaves, treedef = jax.tree_util.tree_flatten(args, is_leaf=lambda x: x is None)
         leaves = [read_if_variable(x) for x in leaves]  # a variable is read once, where the tape sees it

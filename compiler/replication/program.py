@@ -53,6 +53,7 @@ from xtpu.dialects.tpu import (
 )
 from xtpu.ops.summary_ops import trace_key
 from xtpu.passes import ALL_PASSES, DEFAULT_PIPELINE, SPMD_PIPELINE
+from xtpu.passes.stablehlo_export import to_text
 from xtpu.replication import padding
 from xtpu.replication.infeed import InfeedQueue
 from xtpu.replication.padding import PaddingSpec
@@ -383,8 +384,6 @@ def _module_text(module: ModuleOp, dialect: str | None, generic: bool) -> str:
     if dialect in (None, "xtpu"):
         return module_text(module, generic)
     if dialect == "stablehlo":
-        from xtpu.passes.stablehlo_export import to_text
-
         return to_text(module)
     raise ValueError(f'as_text: unknown dialect {dialect!r}; expected None (xtpu\'s dialects) or "stablehlo"')
 
