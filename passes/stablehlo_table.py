@@ -191,6 +191,23 @@ def _export_divide(ex, op, xs):
     return ex.emit("stablehlo.select", [is_zero, zero, q], _result_types(op))
 
 
+def _export_power(ex, op, xs):
+    """Floats: ``pow(1, y)`` and ``pow(x, 0)`` are 1 for every ``x`` and ``y``,
+    NaN included (IEEE 754's pow, which StableHLO's power follows and xtpu's
+    numpy kernel gives); XLA's CPU client gives NaN for ``pow(1, NaN)`` and
+    ``pow(1, +-inf)`` when it fuses the power (measured by the fuzzer's xla
+    mode), so the export writes the two cases out with a ``select``."""
+    x, y = xs
+    (p,) = ex.emit("stablehlo.power", xs, _result_types(op))
+    if not TensorSpec.of_type(op.results[0].type).dtype.startswith("float"):
+        return [p]
+    one = _splat(ex, 1, x)
+    base_one = _compare(ex, x, one, "EQ", "FLOAT")
+    exp_zero = _compare(ex, y, _splat(ex, 0, y), "EQ", "FLOAT")
+    (either,) = ex.emit("stablehlo.or", [base_one, exp_zero], [base_one.type])
+    return ex.emit("stablehlo.select", [either, one, p], _result_types(op))
+
+
 def _export_compare(ex, op, xs):
     direction = op.params()["comparison_direction"]
     spec = TensorSpec.of_type(op.operands[0].type)
@@ -740,7 +757,6 @@ _ELEMENTWISE = [
     (hlo.AddOp, "stablehlo.add"),
     (hlo.SubtractOp, "stablehlo.subtract"),
     (hlo.MultiplyOp, "stablehlo.multiply"),
-    (hlo.PowerOp, "stablehlo.power"),
     (hlo.MaximumOp, "stablehlo.maximum"),
     (hlo.MinimumOp, "stablehlo.minimum"),
     (hlo.AndOp, "stablehlo.and"),
@@ -782,6 +798,13 @@ ENTRIES: list[Entry] = [
         _export_convert,
         same(hlo.ConvertOp, "stablehlo.convert").import_,
         note="float to int: xtpu's (numpy's) INT_MIN where StableHLO leaves it to the implementation",
+    ),
+    Entry(
+        "hlo.power",
+        "stablehlo.power",
+        _export_power,
+        same(hlo.PowerOp, "stablehlo.power").import_,
+        note="pow(1, y) = pow(x, 0) = 1 written out (IEEE 754; XLA's CPU client gives NaN when fused)",
     ),
     Entry(
         "hlo.divide",

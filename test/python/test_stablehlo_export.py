@@ -352,3 +352,53 @@ def test_examples_with_host_code_export_their_device_programs():
             assert '"stablehlo.send"' in text or '"stablehlo.recv"' in text
             with pytest.raises(StableHLOExportError, match="host programs"):
                 compiled.as_text(dialect="stablehlo")
+
+
+# ---- where StableHLO leaves a result to the implementation, or XLA deviates ----
+
+
+def test_xtpu_choices_are_written_out_so_xla_agrees():
+    """float -> int of NaN, infinities and out-of-range values: xtpu's
+    (numpy's) INT_MIN, XLA would saturate; integer division by zero: xtpu's
+    0, XLA would give -1; pow(1, NaN / inf) and pow(x, 0): 1 (IEEE 754),
+    XLA's fused power gives NaN (the fuzzer's program 1913 of seed 0).  The
+    export writes xtpu's answer out."""
+
+    def f(x, i, j, v, e):
+        base = xtpu.math.exp(xtpu.nn.relu(v))  # 1 where v <= 0
+        s = xtpu.math.reduce_sum(e, axis=0, keepdims=True)
+        return (
+            xtpu.cast(x, xtpu.int32),
+            xtpu.cast(x, xtpu.int64),
+            xtpu.cast(xtpu.cast(x, xtpu.float64) * 1e10, xtpu.int32),
+            i // j,
+            xtpu.math.pow(base, s),
+            xtpu.math.pow(s, xtpu.zeros_like(s)),
+        )
+
+    x = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, -2147483648.0, 2147483520.0, -1.5, 2.7], np.float32)
+    i = np.array([7, -7, 0, -2147483648, 5, 1, 2, 3, 4], np.int32)
+    j = np.array([0, 2, 0, -1, -3, 0, 1, 1, 1], np.int32)
+    v = np.array([[[-1.0], [0.0], [-2.0], [3.0]]] * 4, np.float32)
+    e = np.array([[[-np.inf], [np.nan], [1.0], [2.0]]] * 4, np.float32)
+    inputs = [[x, i, j, v, e], [x[::-1].copy(), i, j[::-1].copy(), v, e[:, ::-1].copy()]]
+    got = X.check_against_xtpu(xtpu.lower(f, inputs).compile(), inputs)
+    assert got[0][0][0] == np.iinfo(np.int32).min and got[0][3][0] == 0
+    assert got[0][4].ravel()[:2].tolist() == [1.0, 1.0] and (got[0][5] == 1.0).all()
+
+
+def test_fuzzed_programs_agree_on_xla():
+    """The fuzzer's xla mode on a few programs (benchmarks/fuzz.py --xla
+    runs thousands; see docs/stablehlo.md)."""
+    import fuzz_programs as fp
+
+    ran = 0
+    for seed in range(8):
+        prog = fp.generate(fp.RandomChooser(seed * 1000003), fp.ALWAYS_AVOID | {"host_code"})
+        got = fp.run_xla(prog)
+        if isinstance(got, str):
+            continue
+        ran += 1
+        failure = fp.check_xla(prog)
+        assert failure is None, f"{failure}\n{fp.reproducer(prog, failure) if hasattr(fp, 'reproducer') else ''}"
+    assert ran >= 6
