@@ -255,7 +255,8 @@ def test_an_op_without_a_stablehlo_form_is_named_with_its_line():
 
 def test_logical_cores_become_partitions():
     """Two logical cores per replica: mhlo.num_partitions = 2, collectives
-    over global device ids (r * 2 + c) with channel handles."""
+    over global device ids (r * 2 + c) with channel handles; XLA's CPU
+    client compiles it for 2 replicas x 2 partitions."""
     da = xtpu.DeviceAssignment.build(
         xtpu.Topology(mesh_shape=[1, 1, 1, 4]), num_replicas=2, computation_shape=[1, 1, 1, 2]
     )
@@ -271,6 +272,7 @@ def test_logical_cores_become_partitions():
     X.verify(text)
     assert "mhlo.num_partitions = 2 : i32" in text
     assert "use_global_device_ids" in text
+    X.compile_only(text, replicas=2, partitions=2)  # XLA's CPU client takes it (running it needs the shards)
 
 
 # ---- the examples' compiled steps ----------------------------------------------

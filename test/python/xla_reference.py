@@ -125,6 +125,21 @@ def pretty(text: str) -> str:
 _EXECUTABLES: dict[tuple[str, int], Any] = {}
 
 
+def compile_only(text: str, replicas: int, partitions: int = 1) -> Any:
+    """XLA's executable of ``text`` for ``replicas`` x ``partitions``
+    devices (device ``r * partitions + p``); raises what XLA raises."""
+    jax = _jax()
+    from jax._src.lib import xla_client
+
+    n = replicas * partitions
+    devices = jax.devices("cpu")[:n]
+    backend = jax.extend.backend.get_backend("cpu")
+    opts = jax.extend.backend.get_compile_options(
+        replicas, partitions, device_assignment=np.arange(n).reshape(replicas, partitions), backend=backend
+    )
+    return backend.compile_and_load(text, xla_client.DeviceList(tuple(devices)), opts)
+
+
 def run(text: str, inputs: Sequence[Sequence[np.ndarray]], num_replicas: int | None = None) -> list[list[np.ndarray]]:
     """Compile ``text`` with XLA's CPU client for ``num_replicas`` (default:
     ``len(inputs)``) and run it; ``inputs[replica][argument]``.  Returns
