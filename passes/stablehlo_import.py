@@ -382,15 +382,80 @@ class Importer:
         return []
 
     def argument_shardings(self, name: str = "main") -> list[str | None]:
-        """The ``mhlo.sharding`` string of each argument of ``name`` (None where none)."""
+        """The sharding of each argument of ``name`` in XLA's notation (None
+        where none): its ``mhlo.sharding`` string, or its Shardy
+        ``sdy.sharding`` when simple (:func:`sdy_to_hlo`)."""
         fn = self.funcs[name]
         out: list[str | None] = [None] * len(fn.body.block.args)
         arg_attrs = fn.properties.get("arg_attrs") or fn.attributes.get("arg_attrs")
         if isinstance(arg_attrs, ArrayAttr):
             for i, d in enumerate(arg_attrs.data):
-                if isinstance(d, DictionaryAttr) and isinstance(s := d.data.get("mhlo.sharding"), StringAttr):
+                if not isinstance(d, DictionaryAttr):
+                    continue
+                if isinstance(s := d.data.get("mhlo.sharding"), StringAttr):
                     out[i] = s.data
+                elif (sdy := d.data.get("sdy.sharding")) is not None:
+                    try:
+                        out[i] = sdy_to_hlo(S.attr_body(sdy), self.meshes())
+                    except ValueError as e:
+                        raise StableHLOImportError(f"argument {i} of @{name}: {e}") from None
         return out
+
+    def meshes(self) -> dict[str, list[tuple[str, int]]]:
+        """The module's Shardy meshes: name -> ``[(axis, size), ...]``."""
+        out = {}
+        for op in self.module.ops:
+            if op_name(op) == "sdy.mesh":
+                mesh = self.attr(op, "mesh")
+                sym = self.attr(op, "sym_name")
+                if mesh is not None and isinstance(sym, StringAttr):
+                    out[sym.data] = [(a, int(n)) for a, n in re.findall(r'"([^"]+)"\s*=\s*(\d+)', S.attr_body(mesh))]
+        return out
+
+
+def sdy_to_hlo(body: str, meshes: dict[str, list[tuple[str, int]]]) -> str:
+    """XLA's notation of a simple Shardy sharding ``@mesh, [{"x"}, {}]``:
+    each dimension split over at most one whole mesh axis (no sub-axes, no
+    open ``?`` dimensions); the mesh's devices in row-major order (iota),
+    transposed so the used axes come in dimension order, the unused ones
+    replicate (``last_tile_dim_replicate``).
+
+    Raises:
+      ValueError: a sharding that is not simple, or an unknown mesh.
+    """
+    m = re.match(r"\s*@([\w.$-]+)\s*,\s*\[(.*?)\]\s*(.*)$", body, re.S)
+    if m is None or m.group(1) not in meshes:
+        raise ValueError(f"#sdy.sharding<{body}> names no mesh of the module")
+    mesh = meshes[m.group(1)]
+    names = [a for a, _ in mesh]
+    sizes = dict(mesh)
+    dims = re.findall(r"\{([^}]*)\}", m.group(2))
+    used: list[str] = []
+    tile: list[int] = []
+    for d in dims:
+        if "?" in d or ":" in d:
+            raise ValueError(f"#sdy.sharding<{body}> is not simple (open dimensions or sub-axes)")
+        axes = re.findall(r'"([^"]+)"', d)
+        if len(axes) > 1 or any(a not in sizes for a in axes):
+            raise ValueError(f"#sdy.sharding<{body}> is not simple (a dimension over several axes)")
+        used += axes
+        tile.append(sizes[axes[0]] if axes else 1)
+    unused = [a for a in names if a not in used]
+    rep = 1
+    for a in unused:
+        rep *= sizes[a]
+    if all(t == 1 for t in tile):
+        return "{replicated}"
+    perm = [names.index(a) for a in used + unused]
+    total = 1
+    for _, n in mesh:
+        total *= n
+    if perm == sorted(perm):
+        devices = f"<=[{total}]"
+    else:
+        devices = "<=[" + ",".join(str(n) for _, n in mesh) + "]T(" + ",".join(map(str, perm)) + ")"
+    dims_text = ",".join(map(str, tile + ([rep] if rep > 1 else [])))
+    return "{devices=[" + dims_text + "]" + devices + (" last_tile_dim_replicate" if rep > 1 else "") + "}"
 
 
 def num_replicas(module: ModuleOp) -> int:

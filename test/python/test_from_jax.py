@@ -268,3 +268,34 @@ def test_export_import_round_trip_runs_the_same():
     got = call_stablehlo(text, x, w)
     want = xtpu.replicate(f, [[x, w]])[0][0]
     np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("spec", [("x", None), ("y", "x"), (None, "y"), ("x", "y"), (None, None), (("x", "y"), None)])
+def test_simple_shardy_shardings_read_as_jax_writes_them_for_gspmd(spec):
+    """A Shardy ``sdy.sharding`` on an argument becomes the sharding JAX
+    itself writes as ``mhlo.sharding`` without Shardy (the reference); a
+    dimension over several axes is refused as not simple."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from xtpu.dialects.sharding import Sharding
+    from xtpu.passes.stablehlo_import import Importer, IRSink, parse
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("x", "y"))
+    f = jax.jit(lambda a: a * 2, in_shardings=NamedSharding(mesh, P(*spec)))
+
+    def shardings(shardy):
+        jax.config.update("jax_use_shardy_partitioner", shardy)
+        try:
+            module, _ = parse(f.lower(jnp.ones((4, 4), jnp.float32)).as_text())
+        finally:
+            jax.config.update("jax_use_shardy_partitioner", True)
+        return Importer(module, IRSink(None)).argument_shardings()
+
+    (want,) = shardings(False)
+    if isinstance(spec[0], tuple):
+        with pytest.raises(StableHLOImportError, match="not simple"):
+            shardings(True)
+        return
+    (got,) = shardings(True)
+    assert Sharding.parse(got) == Sharding.parse(want or "{replicated}"), (got, want)
