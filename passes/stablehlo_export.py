@@ -254,7 +254,9 @@ def _replica_results(fn: FuncOp, rep: ReplicateOp) -> list[SSAValue]:
     """One replica's results of ``@main``: what the function returns for
     replica 0, ``[output][replica]``, as values of the device program (an
     output of the replicate is its ``tpu.yield`` operand; an input returned
-    as it is stays that input)."""
+    as it is stays that input).  When a host program computes an output
+    (a tail cluster; the host programs omitted), the device program's own
+    outputs, its ``tpu.yield`` operands."""
     n = rep.num_replicas
     term = rep.body.block.last_op
     ret = fn.body.block.last_op
@@ -263,12 +265,15 @@ def _replica_results(fn: FuncOp, rep: ReplicateOp) -> list[SSAValue]:
     if not n or len(outs) % n:
         return list(term.operands)
     picked = []
+    fargs = set(fn.body.block.args)
     for j in range(len(outs) // n):
         v = outs[j * n]
         if v.owner is rep:
             picked.append(term.operands[rep.results.index(v) // n])
-        else:
+        elif v in fargs:
             picked.append(v)
+        else:  # a host program's result (host_programs="omit"): the device program's own outputs
+            return list(term.operands)
     return picked
 
 
