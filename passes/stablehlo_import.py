@@ -59,9 +59,10 @@ class StableHLOImportError(ValueError):
 # ---- reading ------------------------------------------------------------------
 
 
-def _mlir_generic(source: str | bytes) -> tuple[str, list[str]]:
+def _mlir_generic(source: str | bytes, name: str | None = None, line_offset: int = 0) -> tuple[str, list[str]]:
     """The generic form of ``source`` (text or bytecode) printed by jaxlib's
-    MLIR, and the location of every op in walk order."""
+    MLIR, and the location of every op in walk order; MLIR's diagnostics
+    name ``name`` (lines counted from ``line_offset``) where MLIR says ``"-"``."""
     try:
         from jax._src.interpreters import mlir as jmlir
         from jaxlib.mlir import ir
@@ -74,7 +75,12 @@ def _mlir_generic(source: str | bytes) -> tuple[str, list[str]]:
         try:
             module = ir.Module.parse(source)
         except ir.MLIRError as e:
-            raise StableHLOImportError(f"MLIR cannot parse the module: {e}") from None
+            text = str(e)
+            if name is not None:
+                text = re.sub(
+                    r'"-":(\d+):(\d+)', lambda m: f"{name}:{int(m.group(1)) + line_offset}:{m.group(2)}", text
+                )
+            raise StableHLOImportError(f"MLIR cannot parse the module: {text}") from None
         locations: list[str] = []
 
         def walk(op):
@@ -89,7 +95,7 @@ def _mlir_generic(source: str | bytes) -> tuple[str, list[str]]:
     return text, locations
 
 
-def parse(source: str | bytes) -> tuple[ModuleOp, list[str] | None]:
+def parse(source: str | bytes, name: str | None = None, line_offset: int = 0) -> tuple[ModuleOp, list[str] | None]:
     """The module in ``source`` as xDSL generic ops, and its ops' locations
     (when MLIR read it).
 
@@ -101,7 +107,7 @@ def parse(source: str | bytes) -> tuple[ModuleOp, list[str] | None]:
             return Parser(S.generic_context(), source).parse_module(), None
         except Exception:  # noqa: BLE001 - custom syntax mixed in: let MLIR read it
             pass
-    text, locations = _mlir_generic(source)
+    text, locations = _mlir_generic(source, name, line_offset)
     return Parser(S.generic_context(), text).parse_module(), locations
 
 
@@ -476,7 +482,7 @@ def import_module(source: str | bytes | ModuleOp, name: str | None = None, line_
     if isinstance(source, ModuleOp):
         module, locations = source, None
     else:
-        module, locations = parse(source)
+        module, locations = parse(source, name, line_offset)
     n = num_replicas(module)
     body = Block()
     sink = IRSink(body)
