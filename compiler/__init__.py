@@ -125,6 +125,32 @@ _API: dict[str, tuple[str, ...]] = {
     ),
     "xtpu.ops.shape_ops": ("expand_dims", "squeeze", "stack", "tile", "unstack"),
     "xtpu.ops.switch_case": ("switch_case",),
+    # Issue 26: the missing TF names.
+    "xtpu.ops.array_more": (
+        "broadcast_to",
+        "identity",
+        "pad",
+        "rank",
+        "repeat",
+        "reverse",
+        "roll",
+        "sequence_mask",
+        "slice",
+        "split",
+    ),
+    "xtpu.ops.math_more": (
+        "add_n",
+        "clip_by_global_norm",
+        "clip_by_norm",
+        "cos",
+        "cumsum",
+        "floor",
+        "norm",
+        "reduce_logsumexp",
+        "round",
+        "sign",
+        "sin",
+    ),
 }
 """Module -> the names ``xtpu`` exports from it, in import order (a module
 with ``()`` is imported for its side effects, or is a namespace below)."""
@@ -146,6 +172,7 @@ _NAMESPACES: dict[str, str] = {
     "data": "xtpu.data",  # tf.data
     "distribute": "xtpu.distribute",  # tf.distribute
     "random": "xtpu.random",  # tf.random
+    "linalg": "xtpu.linalg",  # tf.linalg (issue 26)
     "experimental": "xtpu.experimental",  # tf.experimental.Optional
 }
 """The public namespaces: ``xtpu.<name>`` -> the module that holds it."""
@@ -323,6 +350,9 @@ __all__ += [
     "unstack",
     "switch_case",
 ]
+
+# Issue 26.
+__all__ += ["linalg"] + list(_API["xtpu.ops.array_more"]) + list(_API["xtpu.ops.math_more"])
 
 # The public extras of xtpu beside TF's names: the version, the IR's
 # ``lower``/``compile`` stages, and the multi-process and profiler namespaces.

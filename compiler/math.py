@@ -1,6 +1,27 @@
 """``xtpu.math``: TF's ``tf.math`` ops (see :mod:`xtpu.ops.math_ops`)."""
 
 from xtpu.ops.gather_ops import segment_sum, unsorted_segment_sum
+from xtpu.ops.math_more import (
+    add_n,
+    ceil,
+    cos,
+    count_nonzero,
+    cumsum,
+    erf,
+    floor,
+    is_finite,
+    l2_normalize,
+    log1p,
+    reciprocal,
+    reduce_logsumexp,
+    reduce_std,
+    reduce_variance,
+    round,
+    rsqrt,
+    sign,
+    sin,
+    squared_difference,
+)
 from xtpu.ops.math_ops import (
     abs,
     add,
@@ -44,6 +65,7 @@ from xtpu.ops.more_math_ops import (
     reduce_prod,
     square,
 )
+from xtpu.ops.nn_more import softplus
 from xtpu.ops.nn_ops import log_softmax, softmax  # tf.math.softmax is tf.nn.softmax
 
 __all__ = [
@@ -90,6 +112,27 @@ __all__ = [
     "square",
     "log_softmax",
     "softmax",
+    # issue 26
+    "add_n",
+    "ceil",
+    "cos",
+    "count_nonzero",
+    "cumsum",
+    "erf",
+    "floor",
+    "is_finite",
+    "l2_normalize",
+    "log1p",
+    "reciprocal",
+    "reduce_logsumexp",
+    "reduce_std",
+    "reduce_variance",
+    "round",
+    "rsqrt",
+    "sign",
+    "sin",
+    "softplus",
+    "squared_difference",
 ]
 
 

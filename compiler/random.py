@@ -45,7 +45,7 @@ from xtpu.ops.array_ops import concat, getitem, replica_id, reshape
 from xtpu.ops.core import broadcast_to, dtype_name, scalar
 from xtpu.ops.gather_ops import where
 from xtpu.ops.math_ops import abs as abs_
-from xtpu.ops.math_ops import add, divide, exp, log, multiply, negative, sqrt, subtract
+from xtpu.ops.math_ops import add, divide, exp, log, maximum, minimum, multiply, negative, sqrt, subtract
 from xtpu.ops.more_math_ops import floormod
 
 _WEYL64 = np.int64(np.uint64(0x9E3779B97F4A7C15).view(np.int64))
@@ -260,6 +260,47 @@ def stateless_normal(
     return _normal_from_state(_state_from_seed(seed), _shape(shape), mean, stddev, dtype_name(dtype))[1]
 
 
+_PHI_MINUS_2 = 0.022750131948179195  # the standard normal CDF at -2
+
+
+def stateless_truncated_normal(
+    shape: Any,
+    seed: Any,
+    mean: Any = 0.0,
+    stddev: Any = 1.0,
+    dtype: Any = "float32",
+    name: str | None = None,
+    alg: Any = "auto_select",
+) -> Any:
+    """Normal numbers of ``mean`` and ``stddev`` truncated to within two
+    standard deviations of the mean, a function of ``seed`` and ``shape``
+    only (tf.random.stateless_truncated_normal); float32 or float64.
+
+    Drawn by the inverse CDF: a uniform ``u`` (the words of
+    ``stateless_uniform``) mapped into ``(Phi(-2), Phi(2))`` and through
+    :func:`ndtri`, so every number is inside the bounds without rejection
+    (TF resamples instead; the values differ from TF's, the distribution
+    is the same).
+
+    Raises:
+      ValueError: a bad seed shape; TypeError: a non-float dtype.
+    """
+    dt = dtype_name(dtype)
+    if dt not in ("float32", "float64"):
+        raise TypeError(f"stateless_truncated_normal: dtype must be float32 or float64, got {dt}")
+    shp = _shape(shape)
+    _, words = _bits(_state_from_seed(seed), shp)
+    half = _to_float(_div(words, 512), dt)
+    (half,) = bind(hlo.AddOp, [half, broadcast_to(scalar(0.5, dt), shp)])
+    u = _mul_const(half, 2.0**-23, dt)
+    p = _mul_const(u, 1.0 - 2.0 * _PHI_MINUS_2, dt)
+    (p,) = bind(hlo.AddOp, [p, broadcast_to(scalar(_PHI_MINUS_2, dt), shp)])
+    z = ndtri(p)
+    # ndtri's last digits may step past the bound: clamp to [-2, 2].
+    z = minimum(maximum(z, scalar(-2.0, dt)), scalar(2.0, dt))
+    return add(multiply(z, stddev), mean)
+
+
 class Generator:
     """A random number generator with state (tf.random.Generator), Philox.
 
@@ -328,7 +369,7 @@ class Generator:
         return self._draw(_normal_from_state, _shape(shape), mean, stddev, dtype_name(dtype))
 
 
-__all__ = ["Generator", "ndtri", "stateless_normal", "stateless_uniform"]
+__all__ = ["Generator", "ndtri", "stateless_normal", "stateless_truncated_normal", "stateless_uniform"]
 
 
 def __dir__() -> list[str]:

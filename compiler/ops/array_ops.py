@@ -10,6 +10,7 @@ import numpy as np
 from xtpu.core.eager import as_eager_tensor
 from xtpu.core.tracing import Tensor, bind, convert, current_trace, to_numpy
 from xtpu.dialects import hlo
+from xtpu.dialects.hlo_math import ReverseOp
 from xtpu.dialects.tpu import ReplicaIdOp
 from xtpu.ops import math_ops
 from xtpu.ops.core import broadcast_to, dtype_name, dtype_of, scalar, shape_of, unify
@@ -135,7 +136,8 @@ def one_hot(
 
 
 def getitem(x: Any, key: Any) -> Any:
-    """Static basic indexing: ints, slices with positive steps, ``...`` and
+    """Static basic indexing: ints, slices (a negative step reverses the
+    dimension first: StableHLO reverse, then slice), ``...`` and
     ``None`` (``tf.newaxis``, a new dimension of size 1) (TF's
     ``Tensor.__getitem__``; StableHLO slice + reshape).
 
@@ -164,15 +166,17 @@ def getitem(x: Any, key: Any) -> Any:
         raise IndexError(f"too many indices ({len(key)}) for a tensor of rank {len(shape)}")
     new_axes += [False] * (len(shape) - len(key))
     key = key + (slice(None),) * (len(shape) - len(key))
-    starts, limits, strides, out_shape = [], [], [], []
+    starts, limits, strides, out_shape, reversed_dims = [], [], [], [], []
     for d, (k, n) in enumerate(zip(key, shape)):
         if isinstance(k, slice):
             a, b, st = k.indices(n)
-            if st <= 0:
-                raise IndexError("xtpu slicing supports positive steps only")
-            b = max(a, b)
+            m = len(range(a, b, st))
+            if st < 0:  # a reversed dimension, then a positive step from n - 1 - a
+                reversed_dims.append(d)
+                a, st = (n - 1 - a, -st) if m else (0, 1)
+            b = a + (m - 1) * st + 1 if m else a
             starts.append(a), limits.append(b), strides.append(st)
-            out_shape.append(-(-(b - a) // st))
+            out_shape.append(m)
         elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
             k = int(k)
             if not -n <= k < n:
@@ -181,6 +185,8 @@ def getitem(x: Any, key: Any) -> Any:
             starts.append(k), limits.append(k + 1), strides.append(1)
         else:
             raise IndexError(f"unsupported index {k!r} in dimension {d}: {INDEX_FORMS}")
+    if reversed_dims:
+        (x,) = bind(ReverseOp, [x], dimensions=tuple(reversed_dims))
     (out,) = bind(hlo.SliceOp, [x], start_indices=starts, limit_indices=limits, strides=strides)
     if any(new_axes):
         kept = iter(out_shape)
@@ -191,7 +197,7 @@ def getitem(x: Any, key: Any) -> Any:
 
 
 INDEX_FORMS = (
-    "xtpu indexes with Python ints (x[1], x[-1]), slices with positive steps (x[1:3], x[::2]), "
+    "xtpu indexes with Python ints (x[1], x[-1]), slices (x[1:3], x[::2], x[::-1]), "
     "None (a new axis, x[None]) and Ellipsis (x[..., 0]); for indices in a list or a tensor use "
     "xtpu.gather(x, indices, axis), for a boolean mask xtpu.where(mask, x, 0) (shapes are static)"
 )

@@ -271,29 +271,73 @@ def argmax(input: Any, axis: Any = None, output_type: Any = "int64", name: str |
     return _reduce("min", cand, ax, False, "argmax")
 
 
-def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False, name: str | None = None) -> Any:
-    """Matrix product of the last two dimensions, batched over leading
-    dimensions that must match (tf.linalg.matmul; StableHLO dot_general).
+def matmul(
+    a: Any,
+    b: Any,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    adjoint_a: bool = False,
+    adjoint_b: bool = False,
+    a_is_sparse: bool = False,
+    b_is_sparse: bool = False,
+    output_type: Any = None,
+    name: str | None = None,
+) -> Any:
+    """Matrix product of the last two dimensions, batched over the leading
+    dimensions, which broadcast by numpy's rules (tf.linalg.matmul;
+    StableHLO dot_general).  ``adjoint_*`` is ``transpose_*`` for real
+    tensors; the ``*_is_sparse`` hints are accepted and ignored.
 
-    Shapes: a ``[..., M, K]``, b ``[..., K, N]`` -> ``[..., M, N]``.
+    Shapes: a ``[..., M, K]``, b ``[..., K, N]`` -> ``[..., M, N]``, the
+    batch shape the broadcast of the two.  A rank-2 ``b`` is not broadcast:
+    ``[2, 4, 8, 16] @ [16, 8]`` is one product of ``[64, 16]`` by ``[16, 8]``.
+
+    Raises:
+      ValueError: an operand of rank below 2, batch dimensions that do not
+        broadcast, inner dimensions that differ, or both transpose_a and
+        adjoint_a (or _b) set.
+      TypeError: the dtypes differ, or ``output_type`` is not theirs.
+
     bfloat16 / float16 operands multiply exactly and accumulate in float32,
     rounded once to their dtype (a TPU's MXU; see ``docs/dtypes.md``).
     """
+    if transpose_a and adjoint_a or transpose_b and adjoint_b:
+        raise ValueError("matmul: only one of transpose_a and adjoint_a (transpose_b and adjoint_b) can be True")
+    transpose_a, transpose_b = bool(transpose_a or adjoint_a), bool(transpose_b or adjoint_b)
     a, b = unify([a, b], "matmul")
+    if output_type is not None and dtype_name(output_type) != dtype_of(a):
+        raise TypeError(f"matmul: output_type {dtype_name(output_type)} differs from the operands' {dtype_of(a)}")
     sa, sb = shape_of(a), shape_of(b)
     if len(sa) < 2 or len(sb) < 2:
         raise ValueError(f"matmul: both operands need rank >= 2, got shapes {list(sa)} and {list(sb)}")
-    if len(sa) != len(sb) or sa[:-2] != sb[:-2]:
-        raise ValueError(f"matmul: batch dimensions of {list(sa)} and {list(sb)} must match")
-    r = len(sa)
+    ka = sa[-2] if transpose_a else sa[-1]
+    kb = sb[-1] if transpose_b else sb[-2]
+    if ka != kb:
+        raise ValueError(
+            f"matmul: Matrix size-incompatible: In[0]: {list(sa)}, In[1]: {list(sb)} "
+            f"(inner dimensions {ka} and {kb}{', after transposes' if transpose_a or transpose_b else ''})"
+        )
+    lc = len(sa) - 2 if transpose_a else len(sa) - 1
+    if len(sb) == 2 and len(sa) > 2 and not transpose_a:
+        # [..., M, K] @ [K, N]: contract a's last dimension, no broadcast of b.
+        return dot_general(
+            a,
+            b,
+            lhs_batching_dimensions=(),
+            rhs_batching_dimensions=(),
+            lhs_contracting_dimensions=(lc,),
+            rhs_contracting_dimensions=(1 if transpose_b else 0,),
+        )
+    batch_shape = broadcast_shapes(sa[:-2], sb[:-2], op="matmul")
+    a = broadcast_to(a, batch_shape + sa[-2:])
+    b = broadcast_to(b, batch_shape + sb[-2:])
+    r = len(batch_shape) + 2
     batch = tuple(range(r - 2))
-    lc = r - 2 if transpose_a else r - 1
-    rc = r - 1 if transpose_b else r - 2
     return dot_general(
         a,
         b,
         lhs_batching_dimensions=batch,
         rhs_batching_dimensions=batch,
-        lhs_contracting_dimensions=(lc,),
-        rhs_contracting_dimensions=(rc,),
+        lhs_contracting_dimensions=(r - 2 if transpose_a else r - 1,),
+        rhs_contracting_dimensions=(r - 1 if transpose_b else r - 2,),
     )

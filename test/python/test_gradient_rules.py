@@ -368,8 +368,38 @@ def _tpu_cases():
     ]
 
 
+def _math_extra_cases():
+    """The ops of dialects/hlo_math.py (issue 26)."""
+    from xtpu.dialects import hlo_math as hm
+
+    out = []
+    for shape in [(), (2, 3, 4)]:
+        tag = "x".join(map(str, shape)) or "scalar"
+        out += [
+            Case(hm.SignOp, ins(nonzero(*shape)), id=tag),
+            Case(hm.RsqrtOp, ins(positive(*shape)), id=tag),
+            Case(hm.LogPlusOneOp, ins(positive(*shape)), id=tag),
+            Case(hm.SineOp, ins(f64(*shape)), id=tag),
+            Case(hm.CosineOp, ins(f64(*shape)), id=tag),
+            Case(hm.ErfOp, ins(f64(*shape)), id=tag),
+        ]
+    out += [
+        Case(hm.SignOp, ins(lambda rng: rng.integers(-3, 4, 5).astype(np.int32)), id="int32"),
+        Case(hm.ReverseOp, ins(f64(2, 3, 4)), {"dimensions": (0, 2)}, id="dims-0-2"),
+        Case(hm.ReverseOp, ins(f64(3)), {"dimensions": ()}, id="no-dims"),
+        Case(hm.ReverseOp, ins(lambda rng: rng.integers(0, 5, 4).astype(np.int64)), {"dimensions": (0,)}, id="int64"),
+    ]
+    return out
+
+
 CASES: list[Case] = (
-    _elementwise_cases() + _select_convert_cases() + _shape_cases() + _reduce_cases() + _slicing_cases() + _tpu_cases()
+    _elementwise_cases()
+    + _select_convert_cases()
+    + _shape_cases()
+    + _reduce_cases()
+    + _slicing_cases()
+    + _tpu_cases()
+    + _math_extra_cases()
 )
 
 

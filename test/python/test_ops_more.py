@@ -1,0 +1,96 @@
+"""Issue 26's ops whose values TF cannot give (random numbers: TF's
+generators differ from xtpu's Philox use), and the chosen behaviours TF's
+CPU kernels do not have (out-of-range labels): checked against their
+distributions, numpy, and eager against compiled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import xtpu
+
+
+def test_stateless_truncated_normal_is_a_truncated_normal_and_compiles_to_the_same_numbers():
+    eager = np.asarray(xtpu.random.stateless_truncated_normal([200, 100], seed=[3, 4]))
+    assert eager.dtype == np.float32 and eager.shape == (200, 100)
+    assert np.all(np.abs(eager) <= 2.0)
+    # The standard normal truncated to [-2, 2]: mean 0, std 0.8796.
+    assert abs(eager.mean()) < 0.01 and abs(eager.std() - 0.87963) < 0.01
+    # A fifth of the mass beyond one sigma each side (0.1359 / 0.9545 / 2 ... = 0.2866 in total).
+    assert abs(np.mean(np.abs(eager) > 1.0) - 0.28664) < 0.01
+    (compiled,) = xtpu.replicate(lambda: xtpu.random.stateless_truncated_normal([200, 100], seed=[3, 4]))[0]
+    np.testing.assert_array_equal(compiled, eager)
+    other = np.asarray(
+        xtpu.random.stateless_truncated_normal([200, 100], seed=[3, 5], mean=1.0, stddev=0.5, dtype="float64")
+    )
+    assert other.dtype == np.float64 and np.all(np.abs(other - 1.0) <= 1.0)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        xtpu.random.stateless_truncated_normal([2], seed=[1, 2], dtype="int32")
+
+
+def test_dropout_keeps_a_fraction_scaled_and_compiles_to_the_same_mask():
+    x = np.ones((100, 200), np.float32)
+    y = np.asarray(xtpu.nn.dropout(x, 0.3, seed=7))
+    kept = y != 0
+    assert abs(kept.mean() - 0.7) < 0.01
+    np.testing.assert_allclose(y[kept], 1 / 0.7, rtol=1e-6)
+    (c,) = xtpu.replicate(lambda x: xtpu.nn.dropout(x, 0.3, seed=7), [[x]])[0]
+    np.testing.assert_array_equal(c, y)
+    # noise_shape shares the decision along dimensions of size 1
+    z = np.asarray(xtpu.nn.dropout(x, 0.5, noise_shape=[100, 1], seed=1))
+    assert np.all((z == 0).all(axis=1) | (z != 0).all(axis=1))
+    # the gradient is the mask times 1 / (1 - rate)
+    v = xtpu.constant(np.arange(6.0, dtype=np.float32).reshape(2, 3) + 1)
+    with xtpu.GradientTape() as tape:
+        tape.watch(v)
+        out = xtpu.nn.dropout(v, 0.5, seed=2)
+        total = xtpu.reduce_sum(out)
+    g = np.asarray(tape.gradient(total, v))
+    np.testing.assert_allclose(g, (np.asarray(out) != 0) * 2.0)
+    assert np.asarray(xtpu.nn.dropout(x, 0.0)) is not None
+    with pytest.raises(ValueError, match=r"range \[0, 1\)"):
+        xtpu.nn.dropout(x, 1.0)
+
+
+def test_out_of_range_labels_give_nan_eagerly_and_compiled():
+    logits = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    labels = np.array([1, 4, -1], np.int32)
+    f = lambda lab, lg: xtpu.nn.sparse_softmax_cross_entropy_with_logits(lab, lg)  # noqa: E731
+    eager = np.asarray(f(labels, logits))
+    (compiled,) = xtpu.replicate(f, [[labels, logits]])[0]
+    for got in (eager, compiled):
+        assert np.isfinite(got[0]) and np.isnan(got[1]) and np.isnan(got[2])
+    want = -np.log(np.exp(logits[0, 1]) / np.exp(logits[0]).sum())
+    np.testing.assert_allclose(eager[0], want, rtol=1e-6)
+
+
+def test_data_dependent_shapes_need_static_arguments_inside_replicate():
+    n = np.array([1, 3], np.int32)
+    np.testing.assert_array_equal(xtpu.sequence_mask(n), [[True, False, False], [True, True, True]])
+    with pytest.raises(ValueError, match="give maxlen inside a replicated computation"):
+        xtpu.replicate(lambda n: xtpu.sequence_mask(n), [[n]])
+    with pytest.raises(TypeError, match="must be static"):
+        xtpu.replicate(lambda x, s: xtpu.roll(x, s, 0), [[np.zeros(3, np.float32), np.int32(1)]])
+
+
+def test_matmul_with_a_rank_2_right_operand_does_not_broadcast_it():
+    a = np.random.default_rng(1).standard_normal((2, 4, 8, 16)).astype(np.float32)
+    b = np.random.default_rng(2).standard_normal((16, 8)).astype(np.float32)
+    text = xtpu.lower(lambda a, b: a @ b, [[a, b]]).as_text()
+    assert "hlo.broadcast_in_dim" not in text and "tensor<2x4x8x8xf32>" in text
+    np.testing.assert_allclose(np.asarray(xtpu.matmul(a, b)), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_negative_step_slices_trace_to_reverse_and_slice():
+    x = np.arange(10, dtype=np.float32)
+    text = xtpu.lower(lambda x: x[8:1:-3], [[x]]).as_text()
+    assert "hlo.reverse" in text and "hlo.slice" in text
+    np.testing.assert_array_equal(xtpu.replicate(lambda x: x[8:1:-3], [[x]])[0][0], x[8:1:-3])
+
+
+def test_cumsum_scan_is_logarithmic_in_depth():
+    x = np.ones((1000,), np.float32)
+    text = xtpu.lower(lambda x: xtpu.cumsum(x), [[x]]).as_text()
+    assert text.count("hlo.add") == 10  # ceil(log2(1000)) shifted adds
+    np.testing.assert_array_equal(np.asarray(xtpu.cumsum(x)), np.arange(1, 1001, dtype=np.float32))
