@@ -281,12 +281,14 @@ def matmul(
     a_is_sparse: bool = False,
     b_is_sparse: bool = False,
     output_type: Any = None,
+    grad_a: bool = False,
+    grad_b: bool = False,
     name: str | None = None,
 ) -> Any:
     """Matrix product of the last two dimensions, batched over the leading
     dimensions, which broadcast by numpy's rules (tf.linalg.matmul;
     StableHLO dot_general).  ``adjoint_*`` is ``transpose_*`` for real
-    tensors; the ``*_is_sparse`` hints are accepted and ignored.
+    tensors; the ``*_is_sparse`` and ``grad_*`` hints are accepted and ignored.
 
     Shapes: a ``[..., M, K]``, b ``[..., K, N]`` -> ``[..., M, N]``, the
     batch shape the broadcast of the two.  A rank-2 ``b`` is not broadcast:

@@ -21,7 +21,7 @@ import tensorflow as tf  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
-from tf_reference_cases import CASES, ERROR_CASES  # noqa: E402
+from tf_reference_cases import CASES, ERROR_CASES, NAMES  # noqa: E402
 
 
 def as_tuple(out):
@@ -74,6 +74,12 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001 - the class is the record
             raised = type(e).__name__
         meta["errors"][name] = raised
+    import inspect
+
+    meta["signatures"] = {}
+    for ns, name in NAMES:
+        fn = getattr(getattr(tf, ns) if ns else tf, name)
+        meta["signatures"][f"{ns}.{name}"] = list(inspect.signature(fn).parameters)
     data["__meta__"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
     np.savez_compressed(os.path.join(HERE, "tf_reference_ops.npz"), **data)
     print(f"{len(CASES)} cases, {len(ERROR_CASES)} error cases, {len(data)} arrays")

@@ -564,6 +564,7 @@ class Generator:
             (3, self.op_getitem),
             (2, self.op_cast),
             (1 if scope.recording else 0, self.op_stop_gradient),
+            (3, self.op_more),
         ]
         for _ in range(4):
             fam = self.ch.weighted(families)
@@ -748,6 +749,102 @@ class Generator:
         )
         npscalar = op in ("-", "abs()") and x.spec.rank == 0
         return text, x.spec, [x], npscalar, smooth
+
+    # Issue 26's xtpu.math / xtpu.nn names: (op, dtypes, minimum rank, smooth).
+    MORE_OPS = [
+        ("ceil", FLOAT, 0, False),
+        ("floor", FLOAT, 0, False),
+        ("round", NUMERIC, 0, False),
+        ("rsqrt", FLOAT, 0, False),
+        ("log1p", FLOAT, 0, False),
+        ("erf", FLOAT, 0, True),
+        ("sin", FLOAT, 0, True),
+        ("cos", FLOAT, 0, True),
+        ("is_finite", FLOAT, 0, False),
+        ("sign", NUMERIC, 0, False),
+        ("reciprocal", FLOAT, 0, False),
+        ("softplus", FLOAT, 0, False),
+        ("squared_difference", NUMERIC, 0, True),
+        ("add_n", NUMERIC, 0, True),
+        ("cumsum", NUMERIC, 1, True),
+        ("reduce_logsumexp", FLOAT, 0, False),
+        ("reduce_std", FLOAT, 0, False),
+        ("reduce_variance", FLOAT, 0, False),
+        ("count_nonzero", DEVICE_DTYPES, 0, False),
+        ("l2_normalize", FLOAT, 0, False),
+        ("nn.softplus", FLOAT, 0, False),
+        ("nn.gelu", FLOAT, 0, True),
+        ("nn.relu6", FLOAT, 0, False),
+        ("nn.leaky_relu", FLOAT, 0, False),
+        ("nn.silu", FLOAT, 0, True),
+        ("nn.swish", FLOAT, 0, True),
+        ("nn.l2_loss", FLOAT, 0, True),
+        ("nn.l2_normalize", FLOAT, 0, False),
+        ("nn.dropout", FLOAT, 0, False),
+        ("nn.moments", FLOAT, 1, False),
+        ("nn.batch_normalization", FLOAT, 0, False),
+        ("nn.bias_add", FLOAT, 2, False),
+        ("nn.compute_average_loss", FLOAT, 1, False),
+        ("nn.sigmoid_cross_entropy_with_logits", FLOAT, 0, False),
+        ("nn.softmax_cross_entropy_with_logits", FLOAT, 1, False),
+        ("nn.sparse_softmax_cross_entropy_with_logits", FLOAT, 1, False),
+    ]
+
+    def op_more(self, scope):
+        ch = self.ch
+        op, dtypes, min_rank, smooth = ch.pick(self.MORE_OPS)
+        x = self.pick_var(scope, lambda v: v.spec.dtype in dtypes and v.spec.rank >= min_rank)
+        if x is None:
+            return None
+        n, spec, r = x.name, x.spec, x.spec.rank
+        fn = f"xtpu.{op}" if op.startswith("nn.") else f"xtpu.math.{op}"
+        args = [n]
+        out = spec
+        if op == "is_finite":
+            out = Spec(spec.shape, "bool")
+        elif op == "squared_difference":
+            args.append(f"{n} * 2")
+        elif op == "add_n":
+            args = [f"[{n}, {n}, {n}]"]
+        elif op == "cumsum":
+            args += [f"axis={ch.int(-r, r - 1)}", f"exclusive={ch.bool(0.5)}", f"reverse={ch.bool(0.5)}"]
+        elif op in ("reduce_logsumexp", "reduce_std", "reduce_variance", "count_nonzero"):
+            axis, axes = self.axes(r)
+            keep = ch.bool(0.3)
+            shape = tuple((1 if i in axes else d) for i, d in enumerate(spec.shape) if keep or i not in axes)
+            args += ([f"axis={axis}"] if axis is not None else []) + (["keepdims=True"] if keep else [])
+            out = Spec(shape, "int64" if op == "count_nonzero" else spec.dtype)
+        elif op in ("l2_normalize", "nn.l2_normalize") and r and ch.bool(0.5):
+            args.append(f"axis={ch.int(-r, r - 1)}")
+        elif op == "nn.gelu" and ch.bool(0.5):
+            args.append("approximate=True")
+        elif op == "nn.leaky_relu" and ch.bool(0.5):
+            args.append("alpha=0.1")
+        elif op == "nn.l2_loss":
+            out = Spec((), spec.dtype)
+        elif op == "nn.dropout":
+            args += ["0.25", f"seed={ch.int(0, 3)}"]
+        elif op == "nn.moments":
+            i = ch.int(0, 1)
+            fn, args = f"{fn}({n}, axes=[0])[{i}]", None
+            out = Spec(spec.shape[1:], spec.dtype)
+        elif op == "nn.batch_normalization":
+            args = [n, f"{n} * 0.5", f"{n} * {n} + 1.0", "None" if ch.bool(0.5) else n, "None", "1e-3"]
+        elif op == "nn.bias_add":
+            args.append(f"{n}[{'0, ' * (r - 1)}:]")
+        elif op == "nn.compute_average_loss":
+            out = Spec((), spec.dtype)
+        elif op == "nn.sigmoid_cross_entropy_with_logits":
+            args = [f"labels=xtpu.math.sigmoid({n})", f"logits={n}"]
+        elif op == "nn.softmax_cross_entropy_with_logits":
+            args = [f"labels=xtpu.nn.softmax({n})", f"logits={n}"]
+            out = Spec(spec.shape[:-1], spec.dtype)
+        elif op == "nn.sparse_softmax_cross_entropy_with_logits":
+            args = [f"labels=xtpu.zeros({list(spec.shape[:-1])}, xtpu.int32)", f"logits={n}"]
+            out = Spec(spec.shape[:-1], spec.dtype)
+        self.feature(f"op:{op}")
+        text = fn if args is None else f"{fn}({', '.join(args)})"
+        return text, out, [x], False, smooth
 
     def op_compare(self, scope):
         ch = self.ch

@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 import pytest
-from tf_reference_cases import CASES, ERROR_CASES
+from tf_reference_cases import CASES, ERROR_CASES, NAMES
 
 import xtpu
 
@@ -131,3 +131,15 @@ def test_errors_where_tensorflow_raises(error):
 def test_reference_data_is_tensorflows():
     assert META["tensorflow"]["version"].startswith("2.21")
     assert set(META["cases"]) == {c.name for c in CASES}
+
+
+@pytest.mark.parametrize("where", NAMES, ids=lambda w: f"{w[0]}.{w[1]}")
+def test_names_exist_with_tensorflows_parameters(where):
+    """TF's parameter names, in TF's order (xtpu may add keywords after them)."""
+    import inspect
+
+    ns, name = where
+    fn = getattr(getattr(xtpu, ns) if ns else xtpu, name)
+    tf_params = META["signatures"][f"{ns}.{name}"]
+    ours = list(inspect.signature(fn).parameters)
+    assert ours[: len(tf_params)] == tf_params, f"xtpu.{ns}.{name}{ours} vs TF's {tf_params}"

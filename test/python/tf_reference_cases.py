@@ -346,3 +346,20 @@ ERROR_CASES = [
     ),
     ("average_loss_scalar", lambda t, x: t.nn.compute_average_loss(x), [np.float32(1.0)], "at least rank 1"),
 ]
+
+
+NAMES = [
+    # (namespace, name): each exists in xtpu's namespace of the same name with TF 2's parameters
+    *[("", n) for n in ("split", "pad", "slice", "reverse", "roll", "repeat", "broadcast_to", "identity")],
+    *[("", n) for n in ("sequence_mask", "rank", "norm", "clip_by_norm", "clip_by_global_norm", "add_n", "cumsum")],
+    *[("", n) for n in ("sign", "floor", "round", "sin", "cos", "reduce_logsumexp", "matmul")],
+    *[("linalg", n) for n in ("matmul", "band_part", "norm", "l2_normalize", "global_norm")],
+    *[("math", n) for n in ("cumsum", "squared_difference", "reciprocal", "sign", "floor", "ceil", "round", "rsqrt")],
+    *[("math", n) for n in ("log1p", "erf", "sin", "cos", "is_finite", "add_n", "reduce_logsumexp", "reduce_std")],
+    *[("math", n) for n in ("reduce_variance", "count_nonzero", "l2_normalize", "softplus")],
+    *[("nn", n) for n in ("relu6", "leaky_relu", "gelu", "silu", "swish", "softplus", "bias_add", "moments")],
+    *[("nn", n) for n in ("batch_normalization", "sparse_softmax_cross_entropy_with_logits", "l2_loss")],
+    *[("nn", n) for n in ("softmax_cross_entropy_with_logits", "sigmoid_cross_entropy_with_logits", "dropout")],
+    *[("nn", n) for n in ("compute_average_loss", "l2_normalize")],
+    ("random", "stateless_truncated_normal"),
+]
