@@ -42,6 +42,7 @@ BINARY_OPS = {
     "floormod": m.floormod,
     "mod": m.mod,
     "matmul": m.matmul,
+    "squared_difference": m.squared_difference,
 }
 
 
