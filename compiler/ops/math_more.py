@@ -40,8 +40,8 @@ from xtpu.ops import math_ops as M
 from xtpu.ops.array_ops import reshape
 from xtpu.ops.core import broadcast_to, dtype_name, dtype_of, elementwise, normalize_axes, scalar, shape_of, unify
 
-FLOATS = ("float32", "float64")
-NUMBERS = ("float32", "float64", "int32", "int64")
+FLOATS = hlo.FLOATS
+NUMBERS = hlo.NUMERIC
 
 
 def _value(x: Any) -> Any:
@@ -105,7 +105,7 @@ def round(x: Any, name: str | None = None) -> Any:  # noqa: A001 - TF's name
       TypeError: bool or string ``x``.
     """
     x = _value(x)
-    if dtype_of(x) in ("int32", "int64"):
+    if dtype_of(x) in hlo.INTS:
         return x
     return _unary(RoundNearestEvenOp, x, "round")
 

@@ -27,7 +27,7 @@ from xtpu.ops.core import broadcast_to, dtype_of, normalize_axes, scalar, shape_
 from xtpu.ops.math_more import erf, log1p, rsqrt, squared_difference, stop_gradient
 from xtpu.ops.random_more import stateless_uniform_words
 
-FLOATS = ("float32", "float64")
+FLOATS = hlo.FLOATS
 
 
 def _value(x: Any) -> Any:
@@ -37,7 +37,7 @@ def _value(x: Any) -> Any:
 def _float(x: Any, op: str) -> Any:
     x = _value(x)
     if dtype_of(x) not in FLOATS:
-        raise TypeError(f"{op}: features must be float32 or float64, got {dtype_of(x)}")
+        raise TypeError(f"{op}: features must be floats ({', '.join(FLOATS)}), got {dtype_of(x)}")
     return x
 
 
@@ -70,7 +70,7 @@ def leaky_relu(features: Any, alpha: float = 0.2, name: str | None = None) -> An
     features are cast to float32 first, as TF does.  The gradient is
     ``alpha`` at 0 (TF's LeakyReluGrad)."""
     x = _value(features)
-    if dtype_of(x) in ("int32", "int64"):
+    if dtype_of(x) not in FLOATS:
         x = M.cast(x, "float32")
     x = _float(x, "leaky_relu")
     return _select(M.greater(x, scalar(0, dtype_of(x))), x, M.multiply(x, scalar(alpha, dtype_of(x))))

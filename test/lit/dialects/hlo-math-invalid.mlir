@@ -1,7 +1,7 @@
 // The verifiers of dialects/hlo_math.py's ops.
 // RUN: xtpu-opt %s --split-input-file --verify-diagnostics | filecheck %s
 
-// CHECK: 'hlo.rsqrt' op does not support dtype int32; expected one of float32, float64
+// CHECK: 'hlo.rsqrt' op does not support dtype int32; expected one of float32, float64, bfloat16, float16
 func.func @rsqrt_int(%a: tensor<3xi32>) {
   %0 = hlo.rsqrt %a : tensor<3xi32>
   func.return
@@ -9,7 +9,7 @@ func.func @rsqrt_int(%a: tensor<3xi32>) {
 
 // -----
 
-// CHECK: 'hlo.sign' op does not support dtype bool; expected one of float32, float64, int32, int64
+// CHECK: 'hlo.sign' op does not support dtype bool; expected one of float32, float64, bfloat16, float16, int32, int64, int8, int16, uint8, uint16, uint32, uint64
 func.func @sign_bool(%a: tensor<3xi1>) {
   %0 = hlo.sign %a : tensor<3xi1>
   func.return
@@ -25,7 +25,7 @@ func.func @is_finite_result(%a: tensor<3xf32>) {
 
 // -----
 
-// CHECK: 'hlo.is_finite' op does not support dtype int64; expected one of float32, float64
+// CHECK: 'hlo.is_finite' op does not support dtype int64; expected one of float32, float64, bfloat16, float16
 func.func @is_finite_int(%a: tensor<3xi64>) {
   %0 = hlo.is_finite %a : (tensor<3xi64>) -> tensor<3xi1>
   func.return
