@@ -49,7 +49,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from xtpu.dialects import ccl, hlo, hlo_rounding, tpu
+from xtpu.dialects import ccl, hlo, hlo_math, hlo_rounding, tpu
 from xtpu.dialects.autodiff import CustomGradientOp, StopGradientOp
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
 from xtpu.dialects.primitive import GroupsParam, PrimitiveOp, array_from_dense, dense_from_array
@@ -770,6 +770,14 @@ _ELEMENTWISE = [
     (hlo.LogisticOp, "stablehlo.logistic"),
     (hlo.NotOp, "stablehlo.not"),
     (hlo_rounding.FloorOp, "stablehlo.floor"),
+    (hlo_math.SignOp, "stablehlo.sign"),
+    (hlo_math.CeilOp, "stablehlo.ceil"),
+    (hlo_math.RoundNearestEvenOp, "stablehlo.round_nearest_even"),
+    (hlo_math.RsqrtOp, "stablehlo.rsqrt"),
+    (hlo_math.LogPlusOneOp, "stablehlo.log_plus_one"),
+    (hlo_math.SineOp, "stablehlo.sine"),
+    (hlo_math.CosineOp, "stablehlo.cosine"),
+    (hlo_math.IsFiniteOp, "stablehlo.is_finite"),
     (hlo.SelectOp, "stablehlo.select"),
     (hlo.ReshapeOp, "stablehlo.reshape"),
     (hlo.DynamicUpdateSliceOp, "stablehlo.dynamic_update_slice"),
@@ -783,6 +791,7 @@ _WITH_PROPS = [
     (hlo.PadOp, "stablehlo.pad", ("edge_padding_low", "edge_padding_high", "interior_padding")),
     (hlo.DynamicSliceOp, "stablehlo.dynamic_slice", ("slice_sizes",)),
     (hlo.ConcatenateOp, "stablehlo.concatenate", ("dimension",)),
+    (hlo_math.ReverseOp, "stablehlo.reverse", ("dimensions",)),
     (GetDimensionSizeOp, "stablehlo.get_dimension_size", ("dimension",)),
 ]
 
@@ -852,6 +861,7 @@ ENTRIES: list[Entry] = [
     ),
     Entry("tpu.infeed_dequeue_tuple", None, _refuse("reads xtpu's infeed queue, which has no StableHLO form")),
     Entry("tpu.outside_compilation", None, _refuse(_HOST_REASON + "; compile the program first")),
+    Entry("hlo.erf", None, _refuse("has no StableHLO op (it is XLA's erf, chlo.erf in MLIR's dialects)")),
     *(
         Entry(name, None, _refuse(_HOST_REASON))
         for name in (
