@@ -396,7 +396,7 @@ def _check_traced(op, inputs, params, want):
             ),
             r"\(C4\)",
         ),
-        (SortOp, [(3,), (4,)], dict(comparison_directions=("LT",)), r"\(C1\)"),
+        (SortOp, [(3,), (4,)], dict(comparison_directions=("LT",)), r"\(C3\)"),
     ],
 )
 def test_shape_rules_name_the_constraint(op, specs, params, match):
