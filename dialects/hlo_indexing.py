@@ -381,8 +381,8 @@ def _gather_kernel(
         batch = iv.shape[:-1]
         nb, nd = len(batch), len(batch) + len(window)
         out_shape = tuple(batch) + tuple(sizes[d] for d in window)
-        if 0 in out_shape:
-            return np.zeros(out_shape, x.dtype)
+        if 0 in out_shape or x.size == 0:  # nothing to read (an empty operand: every start out of range)
+            return _to_result_order(np.zeros(out_shape, x.dtype), nb, off)
         arrays = []
         for d in range(rank):
             if d in sim:
@@ -509,7 +509,10 @@ class ScatterOp(PrimitiveOp):
     written positions zeroed, the updates their gather (TF's
     _TensorScatterUpdateGrad); ``max`` / ``min``: the cotangent split among
     the input and the updates that tie for the result
-    (TF's _TensorScatterMinOrMaxGrad).  ``mul`` has no rule (TF has none).
+    (TF's _TensorScatterMinOrMaxGrad); ``mul``: the input gets the
+    cotangent times the updates' product at its place, an update the
+    cotangent times the other factors, exact with zeros (TF's
+    _UnsortedSegmentProdGrad).
     """
 
     name = "hlo.scatter"
@@ -665,7 +668,24 @@ class ScatterOp(PrimitiveOp):
             count = G.bind1(ScatterOp, [x_ind, idx, upd_ind], computation="add", **dn)
             share = G.div(ct, count)
             return [G.mul(x_ind, share), None, G.mul(upd_ind, _gather_updates(share, idx, upd, dn))]
-        raise LookupError(f"No gradient defined for operation 'hlo.scatter' with computation {computation}")
+        # mul: y = x * prod(updates at the place).  The input gets ct times
+        # that product; an update gets ct * y / itself, computed without a
+        # division by zero from the product of the nonzero factors and their
+        # count of zeros (TF's _UnsortedSegmentProdGrad).
+        dt = G.dtype(x)
+        dx = G.bind1(ScatterOp, [ct, idx, upd], computation="mul", **dn)
+        is_zero = G.compare(upd, G.zeros_like(upd), "EQ")
+        nonzero = G.select(is_zero, G.full_like(upd, 1), upd)
+        zeros = G.bind1(ScatterOp, [G.zeros_like(x), idx, G.convert(is_zero, dt)], computation="add", **dn)
+        prod_nz = G.bind1(ScatterOp, [x, idx, nonzero], computation="mul", **dn)
+        at_z = _gather_updates(zeros, idx, upd, dn)
+        at_p = _gather_updates(G.mul(ct, prod_nz), idx, upd, dn)
+        none = G.compare(at_z, G.zeros_like(at_z), "EQ")
+        one = G.compare(at_z, G.full_like(at_z, 1), "EQ")
+        others = G.select(
+            is_zero, G.select(one, at_p, G.zeros_like(at_p)), G.select(none, G.div(at_p, nonzero), G.zeros_like(at_p))
+        )
+        return [dx, None, others]
 
 
 def _scatter_defaults(params: dict) -> dict:
@@ -680,7 +700,7 @@ def _gather_updates(v, idx, upd, dn) -> Any:
     uwd, iwd, ibd = dn["update_window_dims"], dn["inserted_window_dims"], dn["input_batching_dims"]
     window_in = [d for d in range(len(vshape)) if d not in iwd and d not in ibd]
     wsize = {d: ushape[u] for d, u in zip(window_in, uwd)}
-    sizes = tuple(wsize.get(d, 1) for d in range(len(vshape)))
+    sizes = tuple(wsize.get(d, min(1, vshape[d])) for d in range(len(vshape)))
     ivd, sdod = dn["index_vector_dim"], dn["scatter_dims_to_operand_dims"]
     got = G.bind1(
         GatherOp,

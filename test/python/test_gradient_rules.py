@@ -420,6 +420,14 @@ def _indexing_cases():
             {**scatter_rows, "computation": "min"},
             id="min",
         ),
+        Case(
+            ix.ScatterOp,
+            ins(f64(6, 4), np.array([3, 0, 3, 3, 9]), with_zeros((5, 4), [(0, 1), (2, 1), (3, 2), (1, 0)])),
+            {**scatter_rows, "computation": "mul"},
+            id="mul-with-zeros",
+            traced=False,  # exact at zeros to first order only (as TF's rule): no second-order case
+        ),
+        Case(ix.ScatterOp, ins(f64(6, 4), ids, nonzero(5, 4)), {**scatter_rows, "computation": "mul"}, id="mul"),
         Case(ix.SortOp, ins(distinct(3, 5)), {"dimension": 1, "comparison_directions": ("GT",)}, id="one-key"),
         Case(
             ix.SortOp,
