@@ -416,23 +416,41 @@ def _to_result_order(got: np.ndarray, nb: int, off: tuple[int, ...]) -> np.ndarr
 
 def _take_kernel(axis, off, sizes, window, ivd):
     """A gather of whole slices along one collapsed ``axis``: ``np.take``
-    (clipping the index, StableHLO's clamp) and a slice of the rest."""
+    (clipping the index, StableHLO's clamp) of the other dimensions'
+    windows."""
     # The other dimensions' windows, cut first (a view): O(output).
     trim = tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(sizes))
+    orders: dict[int, list[int] | None] = {}
+
+    def order_for(nb: int, rank: int) -> list[int] | None:
+        # np.take gives the window dims before axis, the batch dims, those
+        # after; the result wants the batch dims where ``off`` leaves them.
+        key = nb
+        if key not in orders:
+            first = list(range(axis, axis + nb)) + list(range(axis)) + list(range(axis + nb, rank))
+            perm, b = [], 0
+            for r in range(rank):
+                if r in off:
+                    perm.append(nb + off.index(r))
+                else:
+                    perm.append(b)
+                    b += 1
+            full = [first[p] for p in perm]
+            orders[key] = None if full == list(range(rank)) else full
+        return orders[key]
 
     def run(x, idx):
-        x, idx = np.asarray(x)[trim], np.asarray(idx)
+        x = np.asarray(x)
+        if any(n != m for d, (n, m) in enumerate(zip(x.shape, sizes)) if d != axis):
+            x = x[trim]
+        idx = np.asarray(idx)
         ids = idx if ivd == idx.ndim else np.take(idx, 0, axis=ivd)
         if x.shape[axis] == 0:
             got = np.zeros(x.shape[:axis] + ids.shape + x.shape[axis + 1 :], x.dtype)
         else:
             got = np.take(x, ids, axis=axis, mode="clip")
-        # got: the window dims before axis, the batch dims, those after.
-        nb = ids.ndim
-        order = list(range(axis, axis + nb)) + list(range(axis)) + list(range(axis + nb, got.ndim))
-        if order != list(range(got.ndim)):
-            got = np.transpose(got, order)
-        return _to_result_order(got, nb, off)
+        order = order_for(ids.ndim, got.ndim)
+        return got if order is None else np.transpose(got, order)
 
     return run
 
