@@ -931,7 +931,7 @@ class _Partitioner:
         if split is None:
             assert local_b is not None
             x = self.get(op.operand, local_b)
-            p["slice_sizes"] = tuple(1 if d == a else n for d, n in enumerate(_local_shape(local_b, x_shape)))
+            p["slice_sizes"] = tuple(min(1, n) if d == a else n for d, n in enumerate(_local_shape(local_b, x_shape)))
             new = self.new_op(op, GatherOp, [x, ids], **p)
             self.define(op.result, new.results[0], want)
             return
@@ -957,7 +957,7 @@ class _Partitioner:
         lo = self.emit(hlo.CompareOp.make([local_ids, const(0)], comparison_direction="GE")).results[0]
         hi = self.emit(hlo.CompareOp.make([local_ids, const(rows)], comparison_direction="LT")).results[0]
         mine = self.emit(hlo.AndOp.make([lo, hi])).results[0]
-        p["slice_sizes"] = tuple(1 if d == a else n for d, n in enumerate(local_x))
+        p["slice_sizes"] = tuple(min(1, n) if d == a else n for d, n in enumerate(local_x))
         got = self.new_op(op, GatherOp, [x, local_ids], **p).results[0]
         local_out = _shape(got)
         mask = self.emit(

@@ -67,3 +67,21 @@ def test_split_ids_gather_is_local():
     partitioned = compiled.stages["tpu-spmd-partition"]
     assert "ccl." not in partitioned  # ids split, table whole: local
     assert "-> tensor<2x3xf64>" in partitioned  # each core gathers its 2 ids
+
+
+def test_gather_from_an_empty_table_over_cores_gives_zeros():
+    """A table with no rows, split or not: every id is out of range (zeros),
+    as eagerly (a fuzz finding: the partitioned gather's slice size)."""
+
+    def comp(x, split=True):
+        if split:
+            x = xtpu.split_to_logical_devices(x, [2, 1])
+        return xtpu.gather(x, np.array([0, 1], np.int32)), xtpu.nn.embedding_lookup(x, np.array([1]))
+
+    empty = np.zeros((0, 4), np.float32)
+    got = xtpu.replicate(comp, [[empty]] * 2, device_assignment=_assignment())
+    eager = comp(empty, split=False)
+    for r in range(2):
+        for g, e in zip(got[r], eager):
+            np.testing.assert_array_equal(g, e)
+            assert not np.any(g)
