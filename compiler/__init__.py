@@ -45,7 +45,7 @@ _API: dict[str, tuple[str, ...]] = {
     "xtpu.ops.operators": (),  # installs the Python operators on Tensor and EagerTensor
     "xtpu.ops.control_flow": ("cond", "while_loop"),
     "xtpu.ops.sharding_ops": ("assign_to_logical_device", "replicate_to_logical_devices", "split_to_logical_devices"),
-    "xtpu.ops.array_ops": ("concat", "constant", "one_hot", "replica_id", "reshape", "transpose"),
+    "xtpu.ops.array_ops": ("concat", "constant", "replica_id", "reshape", "transpose"),
     "xtpu.ops.core": ("bool_", "float32", "float64", "int32", "int64", "string"),
     # issue 28: TF's other dtype names (xtpu.bfloat16, xtpu.bool, ...)
     "xtpu.dtypes": (
@@ -111,7 +111,24 @@ _API: dict[str, tuple[str, ...]] = {
     # too until the fuzzer generates them (test_fuzz checks xtpu.math's names).
     "xtpu.ops.construction_ops": ("fill", "ones", "ones_like", "range", "shape", "size", "zeros", "zeros_like"),
     "xtpu.ops.einsum_op": ("einsum",),
-    "xtpu.ops.gather_ops": ("gather", "gather_nd", "segment_sum", "unsorted_segment_sum", "where"),
+    "xtpu.ops.gather_ops": (
+        "argmax",
+        "argmin",
+        "argsort",
+        "gather",
+        "gather_nd",
+        "one_hot",
+        "scatter_nd",
+        "segment_sum",
+        "sort",
+        "tensor_scatter_nd_add",
+        "tensor_scatter_nd_max",
+        "tensor_scatter_nd_min",
+        "tensor_scatter_nd_sub",
+        "tensor_scatter_nd_update",
+        "unsorted_segment_sum",
+        "where",
+    ),
     "xtpu.ops.more_math_ops": (
         "clip_by_value",
         "floordiv",
@@ -303,6 +320,20 @@ __all__ += [
     "get_strategy",
     "has_strategy",
     "in_cross_replica_context",
+]
+
+# Indexing, scatter and sort (issue 26).
+__all__ += [
+    "argmax",
+    "argmin",
+    "argsort",
+    "scatter_nd",
+    "sort",
+    "tensor_scatter_nd_add",
+    "tensor_scatter_nd_max",
+    "tensor_scatter_nd_min",
+    "tensor_scatter_nd_sub",
+    "tensor_scatter_nd_update",
 ]
 
 # Optimizers.

@@ -1,6 +1,17 @@
 """``xtpu.math``: TF's ``tf.math`` ops (see :mod:`xtpu.ops.math_ops`)."""
 
-from xtpu.ops.gather_ops import segment_sum, unsorted_segment_sum
+from xtpu.ops.gather_ops import (
+    argmax,
+    argmin,
+    in_top_k,
+    segment_sum,
+    top_k,
+    unsorted_segment_max,
+    unsorted_segment_mean,
+    unsorted_segment_min,
+    unsorted_segment_prod,
+    unsorted_segment_sum,
+)
 from xtpu.ops.math_more import (
     add_n,
     ceil,
@@ -25,7 +36,6 @@ from xtpu.ops.math_more import (
 from xtpu.ops.math_ops import (
     abs,
     add,
-    argmax,
     cast,
     divide,
     equal,
@@ -71,6 +81,13 @@ from xtpu.ops.nn_ops import log_softmax, softmax  # tf.math.softmax is tf.nn.sof
 __all__ = [
     "segment_sum",
     "unsorted_segment_sum",
+    "unsorted_segment_max",
+    "unsorted_segment_mean",
+    "unsorted_segment_min",
+    "unsorted_segment_prod",
+    "argmin",
+    "in_top_k",
+    "top_k",
     "abs",
     "add",
     "argmax",

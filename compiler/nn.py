@@ -1,5 +1,6 @@
 """``xtpu.nn``: TF's ``tf.nn`` ops (see :mod:`xtpu.ops.nn_ops` and :mod:`xtpu.ops.nn_more`)."""
 
+from xtpu.ops.gather_ops import embedding_lookup, in_top_k
 from xtpu.ops.math_more import l2_normalize
 from xtpu.ops.nn_more import (
     batch_normalization,
@@ -21,6 +22,8 @@ from xtpu.ops.nn_more import (
 from xtpu.ops.nn_ops import log_softmax, relu, sigmoid, softmax
 
 __all__ = [
+    "embedding_lookup",
+    "in_top_k",
     "log_softmax",
     "relu",
     "sigmoid",

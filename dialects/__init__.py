@@ -10,6 +10,7 @@ from xtpu.dialects.dynamic_shapes import DYNAMIC_SHAPE_OPS
 from xtpu.dialects.hlo import HLO_ATTRS, MATH_OPS
 from xtpu.dialects.hlo_control import CONTROL_OPS
 from xtpu.dialects.hlo_host import HOST_OPS
+from xtpu.dialects.hlo_indexing import INDEXING_ATTRS, INDEXING_OPS
 from xtpu.dialects.hlo_math import MATH_EXTRA_OPS
 from xtpu.dialects.hlo_random import RANDOM_OPS
 from xtpu.dialects.hlo_rounding import ROUNDING_OPS
@@ -21,6 +22,7 @@ from xtpu.dialects.tpu import TPU
 HLO = Dialect(
     "hlo",
     MATH_OPS
+    + INDEXING_OPS
     + ROUNDING_OPS
     + MATH_EXTRA_OPS
     + RANDOM_OPS
@@ -31,7 +33,7 @@ HLO = Dialect(
     + HOST_VARIABLE_OPS
     + CONTROL_OPS
     + AUTODIFF_OPS,
-    HLO_ATTRS,
+    HLO_ATTRS + INDEXING_ATTRS,
 )
 
 DIALECTS = (HLO, TPU, CCL)

@@ -91,6 +91,11 @@ def bind1(op_cls: type, operands: Sequence[Any], **params: Any) -> Any:
     return out
 
 
+def bind(op_cls: type, operands: Sequence[Any], **params: Any) -> list[Any]:
+    """Every result of ``op_cls`` applied to ``operands``."""
+    return list(builder().bind(op_cls, list(operands), **params))
+
+
 def _op(name: str) -> type:
     """The op class registered under ``name`` (``hlo.add``), found through
     the builder, so that the ops' own modules can use these helpers."""

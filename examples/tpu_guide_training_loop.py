@@ -25,7 +25,12 @@ training loop"), with ``import xtpu as tf`` in place of TensorFlow.
   ``tf.train.CheckpointManager`` at step ``--save-at``; after training, the
   script restores it, rebuilds the input pipeline at that step, trains the
   remaining steps again and checks that the losses and the weights are
-  identical, bit for bit, to those of the uninterrupted run.
+  identical, bit for bit, to those of the uninterrupted run;
+* ``--precision mixed_bfloat16``: TF's TPU mixed precision
+  (``tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")``): the
+  variables and the optimizer state stay float32, the model computes in
+  bfloat16 (its float32 variables read as bfloat16, matmuls accumulating in
+  float32) and the loss in float32.
 
 It prints the loss and the held-out accuracy, and exits with status 1 if
 the restored run differs or the accuracy is below ``--min-accuracy``.
@@ -70,8 +75,13 @@ class MLP:
         return [self.w1, self.b1, self.w2, self.b2]
 
     def __call__(self, images):
-        hidden = tf.math.tanh(tf.matmul(images, self.w1) + self.b1)
-        return tf.matmul(hidden, self.w2) + self.b2
+        """Logits, float32, computed in the mixed-precision policy's compute dtype."""
+        compute = tf.keras.mixed_precision.global_policy().compute_dtype
+        # Inside strategy.run the variables already read as `compute` (autocast
+        # variables: the casts are no-ops); eagerly they read float32.
+        w1, b1, w2, b2 = (tf.cast(v, compute) for v in self.trainable_variables)
+        hidden = tf.math.tanh(tf.matmul(tf.cast(images, compute), w1) + b1)
+        return tf.cast(tf.matmul(hidden, w2) + b2, tf.float32)
 
 
 def sparse_categorical_crossentropy(labels, logits):
@@ -159,9 +169,24 @@ def main(argv: list[str] | None = None) -> int:
         help="checkpoint directory; when not given, a new temporary one, removed at the end",
     )
     p.add_argument("--min-accuracy", type=float, default=0.9, help="exit with 1 below this held-out accuracy")
+    p.add_argument(
+        "--precision",
+        choices=["float32", "mixed_bfloat16"],
+        default="float32",
+        help="mixed_bfloat16: TF's TPU mixed precision (float32 variables, bfloat16 compute)",
+    )
     args = p.parse_args(argv)
     if not 0 < args.save_at < args.steps:
         p.error("--save-at must be between 0 and --steps")
+    previous = tf.keras.mixed_precision.global_policy()
+    tf.keras.mixed_precision.set_global_policy(args.precision)
+    try:
+        return _run(args)
+    finally:
+        tf.keras.mixed_precision.set_global_policy(previous)
+
+
+def _run(args) -> int:
 
     x_train, y_train, x_test, y_test = load_data(args.seed)
     # Directories the script makes itself (no --logdir / --checkpoint-dir):
@@ -198,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{strategy.num_replicas_in_sync} replicas, {args.steps} steps "
             f"({train_step.experimental_get_tracing_count()} trace): final loss {losses[-1]:.4f}, held-out "
             f"accuracy {accuracy:.3f}; restored at step {args.save_at}, the remaining "
-            f"{args.steps - args.save_at} steps {'match' if same else 'DIFFER'} bit for bit"
+            f"{args.steps - args.save_at} steps {'match' if same else 'DIFFER'} bit for bit ({args.precision})"
         )
         if made_ckpt_dir:
             print(

@@ -80,6 +80,7 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from xtpu.dialects import autodiff, hlo, hlo_control, tpu
 from xtpu.dialects.dynamic_shapes import SIZE_DTYPE, GetDimensionSizeOp, RealDynamicSliceOp, SetDimensionSizeOp
+from xtpu.dialects.hlo_indexing import VariadicReduceOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.passes._common import at
@@ -284,6 +285,21 @@ class _Padder:
             op.operands[0] = self.fill_padding(x, masked, init)
         kept = [d for d in range(len(_shape(x))) if d not in dims]
         self.sizes[op.result] = {k: src[d] for k, d in enumerate(kept) if d in src}
+
+    def variadic_reduce(self, op: VariadicReduceOp) -> None:
+        """argmax / argmin over a padded dimension: the padding's values
+        become the init value, which loses to every real element at or
+        after it (the padding's indices are the larger ones)."""
+        dims = op.params()["dimensions"]
+        x, index, init, _ = op.operands
+        src = self.sizes.get(x, {})
+        masked = {d: s for d, s in src.items() if d in dims}
+        if masked:
+            op.operands[0] = self.fill_padding(x, masked, init)
+        kept = [d for d in range(len(_shape(x))) if d not in dims]
+        sizes = {k: src[d] for k, d in enumerate(kept) if d in src}
+        for r in op.results:
+            self.sizes[r] = sizes
 
     def dot_general(self, op: hlo.DotGeneralOp) -> None:
         p = op.params()
@@ -620,6 +636,7 @@ _HANDLERS: list[tuple[type, Any]] = [
     (hlo.BroadcastInDimOp, _Padder.broadcast_in_dim),
     (hlo.TransposeOp, _Padder.transpose),
     (hlo.ReduceOp, _Padder.reduce),
+    (VariadicReduceOp, _Padder.variadic_reduce),
     (hlo.DotGeneralOp, _Padder.dot_general),
     (hlo.SliceOp, _Padder.slice),
     (hlo.PadOp, _Padder.pad),

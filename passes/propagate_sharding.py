@@ -82,6 +82,16 @@ unchanged.
   one too when its tile count divides every input's size (each result tile
   is a window of the concatenation, assembled by collective permutes);
   otherwise the concatenated dimension's tiles become replication.
+* ``hlo.gather`` / ``hlo.scatter`` of whole slices along one dimension
+  ``a`` (``tf.gather``, ``embedding_lookup``, ``unsorted_segment_sum``,
+  ``scatter_nd`` of rows; :func:`take_dims`): a gather's result takes the
+  operand's tiling of the sliced dimensions at its offset dims and the
+  indices' tiling at its batch dims; a tiling of ``a`` (a table split along
+  its rows) has no image and becomes replication, over cores that each hold
+  a partial result (the partitioner gathers locally with masked ids and
+  all-reduces: GSPMD).  A scatter's result shares its input's sharding, the
+  updates' window dims carry it; the indices stay whole.  Backward the
+  same maps, inverted.  Other gathers and scatters have no rule.
 * ``hlo.iota``, ``hlo.constant``: no operands, so only backward: they take
   what their users ask for.
 * ``hlo.if``: result ``k`` takes the true branch's returned value ``k``, then
@@ -173,6 +183,7 @@ from xtpu.dialects.hlo import (
     TransposeOp,
 )
 from xtpu.dialects.hlo_control import IfOp, ReturnOp, WhileOp
+from xtpu.dialects.hlo_indexing import GatherOp, ScatterOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.sharding import SHARDING_KEY, Sharding, ShardingAttr
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
@@ -493,6 +504,44 @@ def _dot_maps(op: DotGeneralOp):
     return l2o, r2o, l2r, r2l
 
 
+def take_dims(op: Operation) -> tuple[int, list[int], list[int]] | None:
+    """For a gather or scatter of whole slices along one dimension ``a``
+    (one index per slice, no batching dims, the implicit index vector):
+    ``(a, operand_map, other_map)``.  A gather's ``operand_map[d]`` is the
+    result dim of operand dim ``d`` (``-1`` for ``a``) and ``other_map[j]``
+    the result dim of indices dim ``j``; a scatter's ``operand_map[d]`` is
+    the updates dim of input dim ``d`` (``-1`` for ``a``) and ``other_map``
+    is empty.  None for other gathers and scatters."""
+    p = op.params()
+    if isinstance(op, GatherOp):
+        x, idx = _shape(op.operand), _shape(op.start_indices)
+        sim, col, off = p["start_index_map"], p["collapsed_slice_dims"], p["offset_dims"]
+        ivd, sizes = p["index_vector_dim"], p["slice_sizes"]
+    elif isinstance(op, ScatterOp):
+        x, idx, upd = _shape(op.input), _shape(op.scatter_indices), _shape(op.updates)
+        sim, col, off = p["scatter_dims_to_operand_dims"], p["inserted_window_dims"], p["update_window_dims"]
+        ivd = p["index_vector_dim"]
+        sizes = [1] * len(x)
+        for d, u in zip([d for d in range(len(x)) if d not in col], off):
+            sizes[d] = upd[u]
+    else:
+        return None
+    batching = p.get("operand_batching_dims") or p.get("input_batching_dims")
+    if len(sim) != 1 or tuple(col) != tuple(sim) or batching or ivd != len(idx):
+        return None
+    (a,) = sim
+    rest = [d for d in range(len(x)) if d != a]
+    if any(sizes[d] != x[d] for d in rest):
+        return None
+    operand_map = [-1] * len(x)
+    for d, r in zip(rest, off):
+        operand_map[d] = r
+    if isinstance(op, ScatterOp):
+        return a, operand_map, []
+    rank = len(idx) + len(off)
+    return a, operand_map, [r for r in range(rank) if r not in off]
+
+
 def _reduce_map(op: ReduceOp) -> list[int]:
     dims = set(op.params()["dimensions"])
     rank = len(_shape(op.input))
@@ -589,6 +638,8 @@ class _Propagation:
             return False
         if isinstance(op, AllReduceOp):
             return _cross_replica(op, self.cores)
+        if isinstance(op, (GatherOp, ScatterOp)):
+            return self._cached(take_dims, op) is not None
         return isinstance(
             op,
             _ELEMENTWISE
@@ -670,6 +721,15 @@ class _Propagation:
             return [self._concat_sharding(op, self.get(v)) for v in op.inputs]
         if isinstance(op, PadOp):
             return [_pad_sharding(op, self.get(op.operand))]
+        if isinstance(op, (GatherOp, ScatterOp)) and not self._has_rule(op):
+            return []
+        if isinstance(op, GatherOp):
+            _, op_map, idx_map = self._cached(take_dims, op)
+            return [map_dims(self.get(op.operand), op_map, rank), map_dims(self.get(op.start_indices), idx_map, rank)]
+        if isinstance(op, ScatterOp):
+            _, op_map, _ = self._cached(take_dims, op)
+            upd_map = _invert(op_map, len(self.shape(op.updates)))
+            return [self.get(op.input), map_dims(self.get(op.updates), upd_map, rank)]
         return []
 
     def backward_candidates(self, op: Operation, i: int) -> list[Sharding | None]:
@@ -712,6 +772,14 @@ class _Propagation:
             return [self._concat_sharding(op, out)]
         if isinstance(op, PadOp):
             return [_pad_sharding(op, out) if i == 0 else _to_rank(out, out_rank, 0)]
+        if isinstance(op, GatherOp):
+            _, op_map, idx_map = self._cached(take_dims, op)
+            return [map_dims(out, _invert(op_map if i == 0 else idx_map, out_rank), rank)]
+        if isinstance(op, ScatterOp):
+            _, op_map, _ = self._cached(take_dims, op)
+            if i == 0:
+                return [out]
+            return [map_dims(out, op_map, rank)] if i == 2 else []
         return []
 
     def _concat_sharding(self, op: ConcatenateOp, s: Sharding | None) -> Sharding | None:

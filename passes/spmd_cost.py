@@ -41,11 +41,31 @@ from xtpu.dialects import ccl
 from xtpu.dialects.sharding import Sharding
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 
-__all__ = ["CollectiveCost", "bytes_per_core", "collective_costs", "received_bytes", "reshard_bytes"]
+__all__ = [
+    "CollectiveCost",
+    "all_reduce_bytes",
+    "bytes_per_core",
+    "collective_costs",
+    "received_bytes",
+    "reshard_bytes",
+]
 
 
 def _nbytes(spec: TensorSpec) -> int:
     return math.prod(spec.shape) * numpy_dtype(spec.dtype).itemsize
+
+
+def all_reduce_bytes(nbytes: float, g: int) -> float:
+    """Bytes per core of a ``ccl.all_reduce`` of ``nbytes`` over ``g``
+    participants: ``2 (g - 1) / g * nbytes``.  ``tpu-spmd-partition``
+    weighs it against :func:`reshard_bytes` where a result may be summed
+    from partial ones instead of resharding an operand: a dot over a split
+    contracting dim, a reduce over a split dim, and a gather from a table
+    split along its rows (each core gathers from its rows and the result
+    tiles are all-reduced, against an all-gather of the table: for a
+    ``[V, D]`` table over ``g`` cores and ``n`` ids, ``2 (g - 1) / g * n D``
+    elements against ``(g - 1) V D / g``)."""
+    return 2 * (g - 1) / g * nbytes if g > 1 else 0.0
 
 
 def received_bytes(op: Operation) -> dict[int, float]:

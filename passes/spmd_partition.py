@@ -74,13 +74,31 @@ result, after resharding its operands to what that needs):
     boundary slice some core needs; positions outside the operand (padding,
     another input of the concatenation) are chosen by ``select`` on the
     global position.  Other cut dims are made whole first;
+  * ``hlo.gather`` of whole slices along one dimension ``a`` (``tf.gather``,
+    embedding lookups): the indices in the sharding the result's batch dims
+    imply, the operand in the one its offset dims imply.  When the operand
+    (a table) is split along ``a`` (its rows) and the result's replication
+    can hold those tiles (GSPMD's gather with a row-split operand), each core
+    gathers from its own rows: the ids, clamped as the global gather clamps
+    them, minus the core's first row; ids outside its rows give zeros
+    (``select``), and a ``ccl.all_reduce applies add`` over the cores that
+    hold the row blocks sums the rows -- chosen when the cost model
+    (``spmd_cost.all_reduce_bytes`` of the result tile against
+    ``reshard_bytes`` of gathering the table) says it moves less.  Else the
+    table is made whole along ``a`` and the gather is local (ids split:
+    no communication at all);
+  * ``hlo.scatter`` of whole rows likewise: input, result and the updates'
+    window dims in the result's sharding, indices and scatter dims of the
+    updates whole; a core whose rows are a block of ``a`` scatters the ids
+    minus its first row, and the scatter drops the ids outside its block
+    (StableHLO's out-of-range windows): local, no collective;
   * ``hlo.if`` / ``hlo.while``: regions partitioned by the same rules; loop
     values and branch results in the op's result shardings;
   * ``tpu.sharding_constraint``: a reshard to its sharding, then gone;
   * ``ccl.all_reduce`` from ``tpu-lower-cross-replica-sum``: groups of replica
     ids become participant groups ``[[g * C + c for g in group] for group in
     groups for c in range(C)]``; the op runs on the local values;
-  * anything else (``hlo.dynamic_slice``,
+  * anything else (``hlo.dynamic_slice``, ``hlo.sort``, other gathers,
     ``hlo.dynamic_update_slice``, ...): on whole values (operands gathered),
     result whole.
 
@@ -121,6 +139,7 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from xtpu.dialects import ccl, hlo
 from xtpu.dialects.hlo_control import IfOp, ReturnOp, WhileOp
+from xtpu.dialects.hlo_indexing import GatherOp, ScatterOp
 from xtpu.dialects.primitive import PrimitiveOp, ShapeError
 from xtpu.dialects.sharding import SHARDING_KEY, Sharding, ShardingAttr
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
@@ -133,7 +152,8 @@ from xtpu.dialects.tpu import (
     YieldOp,
 )
 from xtpu.passes._common import at, chunk_tiling, prefix_tiled
-from xtpu.passes.spmd_cost import reshard_bytes
+from xtpu.passes.propagate_sharding import take_dims
+from xtpu.passes.spmd_cost import all_reduce_bytes, reshard_bytes
 
 INPUT_SHARDINGS = "tpu.input_shardings"
 OUTPUT_SHARDINGS = "tpu.output_shardings"
@@ -617,6 +637,8 @@ class _Partitioner:
             (hlo.SliceOp, self.slice),
             (hlo.PadOp, self.pad),
             (hlo.ConcatenateOp, self.concatenate),
+            (GatherOp, self.gather),
+            (ScatterOp, self.scatter),
         ):
             if isinstance(op, cls):
                 return rule
@@ -865,6 +887,126 @@ class _Partitioner:
                 channel_id=self.channel(),
             )
         ).results[0]
+
+    def _tiles(self, counts: Sequence[int], pick) -> Sharding | None:
+        """The sharding whose core ``c`` holds tile ``pick(c)`` of ``counts``."""
+        return _from_tiles(counts, [tuple(pick(c)) for c in range(self.C)], self.C)
+
+    def gather(self, op: GatherOp, shardings: list[Sharding]) -> None:
+        dims = take_dims(op)
+        if dims is None:
+            return self.whole(op, shardings)
+        a, op_map, idx_map = dims
+        (want,) = shardings
+        out_shape, x_shape, i_shape = _shape(op.result), _shape(op.operand), _shape(op.start_indices)
+        res = _view(want, len(out_shape), self.C)
+        have = _view(self.env[op.operand][1], len(x_shape), self.C)
+
+        def operand_need(k: int) -> Sharding | None:
+            counts = [res.counts[m] if m >= 0 else 1 for m in op_map]
+            counts[a] = k
+            return self._tiles(
+                counts,
+                lambda c: [
+                    have.index[c][d] if d == a and k > 1 else (res.index[c][m] if m >= 0 else 0)
+                    for d, m in enumerate(op_map)
+                ],
+            )
+
+        ids_need = self._tiles([res.counts[m] for m in idx_map], lambda c: [res.index[c][m] for m in idx_map])
+        assert ids_need is not None
+        local_b = operand_need(1)
+        k = have.counts[a]
+        groups, split = None, None
+        if k > 1 and _spec(op.operand).dtype != "bool":
+            groups = _split_groups(res.index, [(have.index[c][a],) for c in range(self.C)])
+            split = operand_need(k) if groups is not None else None
+        if split is not None and local_b is not None:
+            local_out = math.prod(_local_shape(want, out_shape)) * numpy_dtype(_spec(op.result).dtype).itemsize
+            cost_split = self._cost(op.operand, split) + all_reduce_bytes(local_out, len(groups[0]))
+            if cost_split >= self._cost(op.operand, local_b):
+                split = None
+        p = op.params()
+        ids = self.get(op.start_indices, ids_need)
+        if split is None:
+            assert local_b is not None
+            x = self.get(op.operand, local_b)
+            p["slice_sizes"] = tuple(min(1, n) if d == a else n for d, n in enumerate(_local_shape(local_b, x_shape)))
+            new = self.new_op(op, GatherOp, [x, ids], **p)
+            self.define(op.result, new.results[0], want)
+            return
+        # The table split along a: each core gathers its rows, masks the
+        # others' ids, and an all-reduce sums the row blocks.
+        x = self.get(op.operand, split)
+        local_x = _local_shape(split, x_shape)
+        rows = local_x[a]
+        dt = _spec(op.start_indices).dtype
+        local_ids_shape = _local_shape(ids_need, i_shape)
+
+        def spread(scalar: SSAValue, shape: Index) -> SSAValue:
+            return self.emit(hlo.BroadcastInDimOp.make([scalar], broadcast_dimensions=(), shape=shape)).results[0]
+
+        def const(value: int) -> SSAValue:
+            return spread(self.core_scalar([value] * self.C, dt), local_ids_shape)
+
+        view = _view(split, len(x_shape), self.C)
+        first = spread(self.core_scalar([view.start(x_shape, c, a) for c in range(self.C)], dt), local_ids_shape)
+        clamped = self.emit(hlo.MaximumOp.make([ids, const(0)])).results[0]
+        clamped = self.emit(hlo.MinimumOp.make([clamped, const(x_shape[a] - 1)])).results[0]
+        local_ids = self.emit(hlo.SubtractOp.make([clamped, first])).results[0]
+        lo = self.emit(hlo.CompareOp.make([local_ids, const(0)], comparison_direction="GE")).results[0]
+        hi = self.emit(hlo.CompareOp.make([local_ids, const(rows)], comparison_direction="LT")).results[0]
+        mine = self.emit(hlo.AndOp.make([lo, hi])).results[0]
+        p["slice_sizes"] = tuple(min(1, n) if d == a else n for d, n in enumerate(local_x))
+        got = self.new_op(op, GatherOp, [x, local_ids], **p).results[0]
+        local_out = _shape(got)
+        mask = self.emit(
+            hlo.BroadcastInDimOp.make([mine], broadcast_dimensions=tuple(idx_map), shape=local_out)
+        ).results[0]
+        zero = self.emit(hlo.ConstantOp.make([], value=np.zeros((), numpy_dtype(_spec(op.result).dtype)))).results[0]
+        picked = self.emit(hlo.SelectOp.make([mask, got, spread(zero, local_out)])).results[0]
+        if op.result.name_hint:
+            picked.name_hint = op.result.name_hint + "_partial"
+        out = self.emit(
+            ccl.AllReduceOp.make(
+                [picked], replica_groups=self.participants(groups), computation="add", channel_id=self.channel()
+            )
+        ).results[0]
+        self.define(op.result, out, want)
+
+    def scatter(self, op: ScatterOp, shardings: list[Sharding]) -> None:
+        dims = take_dims(op)
+        if dims is None:
+            return self.whole(op, shardings)
+        a, op_map, _ = dims
+        (want,) = shardings
+        x_shape, u_shape, i_shape = _shape(op.input), _shape(op.updates), _shape(op.scatter_indices)
+        res = _view(want, len(x_shape), self.C)
+        u_counts = [1] * len(u_shape)
+        for d, u in enumerate(op_map):
+            if u >= 0:
+                u_counts[u] = res.counts[d]
+
+        def u_index(c):
+            out = [0] * len(u_shape)
+            for d, u in enumerate(op_map):
+                if u >= 0:
+                    out[u] = res.index[c][d]
+            return out
+
+        u_need = self._tiles(u_counts, u_index)
+        if u_need is None:
+            return self.whole(op, shardings)
+        x = self.get(op.input, want)
+        upd = self.get(op.updates, u_need)
+        ids = self.get(op.scatter_indices, WHOLE)
+        if res.counts[a] > 1:  # this core's rows start further along
+            dt = _spec(op.scatter_indices).dtype
+            first = self.core_scalar([res.start(x_shape, c, a) for c in range(self.C)], dt)
+            first = self.emit(hlo.BroadcastInDimOp.make([first], broadcast_dimensions=(), shape=i_shape)).results[0]
+            ids = self.emit(hlo.SubtractOp.make([ids, first])).results[0]
+        new = self.new_op(op, ScatterOp, [x, ids, upd], **op.params())
+        self.define(op.result, new.results[0], want)
 
     def _cost(self, old: SSAValue, want: Sharding) -> float:
         """Bytes per core to lay ``old`` out as ``want`` (spmd_cost.reshard_bytes)."""

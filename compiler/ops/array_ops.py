@@ -1,5 +1,6 @@
 """Shape and construction ops: TF's ``tf.reshape``, ``tf.transpose``,
-``tf.concat``, ``tf.one_hot``, ``tf.constant`` and static slicing."""
+``tf.concat``, ``tf.constant`` and static slicing (``tf.one_hot`` is in
+:mod:`xtpu.ops.gather_ops`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from xtpu.dialects import hlo
 from xtpu.dialects.hlo_math import ReverseOp
 from xtpu.dialects.tpu import ReplicaIdOp
 from xtpu.ops import math_ops
-from xtpu.ops.core import broadcast_to, dtype_name, dtype_of, scalar, shape_of, unify
+from xtpu.ops.core import dtype_name, shape_of, unify
 
 
 def constant(value: Any, dtype: Any = None, shape: Any = None, name: str | None = None) -> Any:
@@ -96,45 +97,6 @@ def concat(values: Any, axis: int, name: str | None = None) -> Any:
     return out
 
 
-def one_hot(
-    indices: Any,
-    depth: int,
-    on_value: Any = None,
-    off_value: Any = None,
-    axis: int | None = None,
-    dtype: Any = None,
-    name: str | None = None,
-) -> Any:
-    """``on_value`` where the new ``axis`` (default last) equals the index,
-    ``off_value`` elsewhere (tf.one_hot).  Out-of-range indices give a row of
-    ``off_value``.  Shapes: indices ``[N...]`` -> ``[N..., depth]``."""
-    idx = convert(indices)
-    if dtype_of(idx) not in ("int32", "int64"):
-        raise TypeError(f"one_hot: indices must be int32 or int64, got {dtype_of(idx)}")
-    if dtype is not None:
-        dt = dtype_name(dtype)
-    else:
-        # TF: without dtype, the dtype of on_value / off_value, else float32.
-        given = [v for v in (on_value, off_value) if v is not None]
-        dt = dtype_of(convert(given[0])) if given else "float32"
-    on = scalar(1 if on_value is None else on_value, dt)
-    off = scalar(0 if off_value is None else off_value, dt)
-    ishape = shape_of(idx)
-    r = len(ishape) + 1
-    ax = r - 1 if axis is None or axis == -1 else axis
-    if not 0 <= ax < r:
-        raise ValueError(f"one_hot: axis {axis} out of range for output rank {r}")
-    out_shape = list(ishape)
-    out_shape.insert(ax, int(depth))
-    out_shape = tuple(out_shape)
-    dims = tuple(d for d in range(r) if d != ax)
-    (b_idx,) = bind(hlo.BroadcastInDimOp, [idx], broadcast_dimensions=dims, shape=out_shape)
-    (iota,) = bind(hlo.IotaOp, [], iota_dimension=ax, shape=out_shape, dtype=dtype_of(idx))
-    (hit,) = bind(hlo.CompareOp, [b_idx, iota], comparison_direction="EQ")
-    (out,) = bind(hlo.SelectOp, [hit, broadcast_to(on, out_shape), broadcast_to(off, out_shape)])
-    return out
-
-
 def getitem(x: Any, key: Any) -> Any:
     """Static basic indexing: ints, slices (a negative step reverses the
     dimension first: StableHLO reverse, then slice), ``...`` and
@@ -210,4 +172,4 @@ def replica_id() -> Any:
     return out
 
 
-__all__ = ["constant", "reshape", "transpose", "concat", "one_hot", "getitem", "replica_id", "current_trace"]
+__all__ = ["constant", "reshape", "transpose", "concat", "getitem", "replica_id", "current_trace"]

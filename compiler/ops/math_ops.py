@@ -251,26 +251,6 @@ def reduce_mean(input_tensor: Any, axis: Any = None, keepdims: bool = False, nam
     return elementwise(hlo.DivideOp, [total, scalar(count, dt)], "reduce_mean")
 
 
-def argmax(input: Any, axis: Any = None, output_type: Any = "int64", name: str | None = None) -> Any:  # noqa: A002
-    """Index of the largest value along ``axis`` (default 0), the first on
-    ties (tf.math.argmax).  Built from reduce(max), compare, iota, select and
-    reduce(min)."""
-    x = convert(input)
-    shape = shape_of(x)
-    out_type = dtype_name(output_type)
-    if axis is None:
-        axis = 0
-    (ax,) = normalize_axes(axis, len(shape), "argmax")
-    if ax < len(shape) and shape[ax] == 0:  # TF's ArgMax kernel refuses it too
-        raise ValueError(f"argmax: reduction axis {ax} is empty in shape {list(shape)}")
-    m = reduce_max(x, axis=ax, keepdims=True)
-    hit = equal(x, m)
-    (idx,) = bind(hlo.IotaOp, [], iota_dimension=ax, shape=shape, dtype=out_type)
-    big = broadcast_to(scalar(shape[ax], out_type), shape)
-    (cand,) = bind(hlo.SelectOp, [hit, idx, big])
-    return _reduce("min", cand, ax, False, "argmax")
-
-
 def matmul(
     a: Any,
     b: Any,

@@ -22,8 +22,9 @@ from xtpu.core.contexts import current_run_state, current_scope_strategy
 from xtpu.core.tracing import Tensor, bind, convert, current_trace, read_if_variable
 from xtpu.dialects import hlo
 from xtpu.ops import math_ops as M
-from xtpu.ops.array_ops import one_hot, reshape
+from xtpu.ops.array_ops import reshape
 from xtpu.ops.core import broadcast_to, dtype_of, normalize_axes, scalar, shape_of, unify
+from xtpu.ops.gather_ops import one_hot
 from xtpu.ops.math_more import erf, log1p, rsqrt, squared_difference, stop_gradient
 from xtpu.ops.random_more import stateless_uniform_words
 

@@ -556,6 +556,9 @@ class Generator:
             (3, self.op_reduce),
             (1, self.op_argmax),
             (1, self.op_segment),
+            (1, self.op_top_k),
+            (1, self.op_in_top_k),
+            (1, self.op_embedding_lookup),
             (2, self.op_matmul),
             (2, self.op_reshape),
             (1, self.op_transpose),
@@ -665,7 +668,9 @@ class Generator:
         if x is None:
             return None
         n = x.spec.shape[0]
-        op = ch.pick(["segment_sum", "unsorted_segment_sum"])
+        ops = ["segment_sum", "unsorted_segment_sum", "unsorted_segment_max", "unsorted_segment_min"]
+        ops += ["unsorted_segment_prod"] + (["unsorted_segment_mean"] if x.spec.dtype in FLOAT else [])
+        op = ch.pick(ops)
         if op == "segment_sum":
             ids = sorted(ch.int(0, 3) for _ in range(n))
             k = max(ids) + 1 if ids else 0
@@ -683,15 +688,54 @@ class Generator:
             ids_text = f"np.array({ids}, dtype={form})"
         else:
             ids_text = f"xtpu.constant(np.array({ids}, dtype=np.{form[5:]}))"
-        args = [x.name, ids_text] + ([str(k)] if op == "unsorted_segment_sum" else [])
+        args = [x.name, ids_text] + ([str(k)] if op != "segment_sum" else [])
         self.feature(f"op:{op}")
         return (
             f"xtpu.math.{op}({', '.join(args)})",
             Spec((k,) + tuple(x.spec.shape[1:]), x.spec.dtype),
             [x],
             False,
-            True,
+            op in ("segment_sum", "unsorted_segment_sum", "unsorted_segment_mean"),
         )
+
+    def op_top_k(self, scope):
+        """tf.math.top_k (values or indices; ties: the lower index first)."""
+        ch = self.ch
+        x = self.pick_var(scope, lambda v: v.spec.dtype in NUMERIC and v.spec.rank >= 1)
+        if x is None:
+            return None
+        n = x.spec.shape[-1]
+        k = ch.int(0, n)
+        part = ch.pick(["values", "indices"])
+        self.feature("op:top_k")
+        shape = tuple(x.spec.shape[:-1]) + (k,)
+        dt = x.spec.dtype if part == "values" else "int32"
+        return f"xtpu.math.top_k({x.name}, {k}).{part}", Spec(shape, dt), [x], False, False
+
+    def op_in_top_k(self, scope):
+        """tf.math.in_top_k / tf.nn.in_top_k over a float [batch, classes]."""
+        ch = self.ch
+        x = self.pick_var(scope, lambda v: v.spec.dtype in FLOAT and v.spec.rank == 2)
+        if x is None:
+            return None
+        b, c = x.spec.shape
+        targets = [ch.int(-1, c) for _ in range(b)]
+        mod = ch.pick(["math", "nn"])
+        self.feature("op:in_top_k" if mod == "math" else "op:nn.in_top_k")
+        text = f"xtpu.{mod}.in_top_k(np.array({targets}, dtype=np.int32), {x.name}, {ch.int(0, 3)})"
+        return text, Spec((b,), "bool"), [x], False, False
+
+    def op_embedding_lookup(self, scope):
+        """tf.nn.embedding_lookup (ids out of range give zero rows)."""
+        ch = self.ch
+        x = self.pick_var(scope, lambda v: v.spec.dtype in NUMERIC and v.spec.rank >= 1)
+        if x is None:
+            return None
+        n = x.spec.shape[0]
+        ids = [ch.int(-1, n) for _ in range(ch.int(0, 3))]
+        self.feature("op:nn.embedding_lookup")
+        text = f"xtpu.nn.embedding_lookup({x.name}, np.array({ids}, dtype=np.int32))"
+        return text, Spec((len(ids),) + tuple(x.spec.shape[1:]), x.spec.dtype), [x], False, True
 
     def op_unary(self, scope):
         ch = self.ch
@@ -969,8 +1013,9 @@ class Generator:
         out = ch.pick([None, "int32", "int64"])
         args = [x.name] + ([f"axis={a}"] if a is not None else []) + ([f"output_type={_dt(out)}"] if out else [])
         shape = tuple(d for i, d in enumerate(x.spec.shape) if i != ax)
-        self.feature("op:argmax")
-        return f"xtpu.math.argmax({', '.join(args)})", Spec(shape, out or "int64"), [x], False, False
+        op = ch.pick(["argmax", "argmin"])
+        self.feature(f"op:{op}")
+        return f"xtpu.math.{op}({', '.join(args)})", Spec(shape, out or "int64"), [x], False, False
 
     def op_matmul(self, scope):
         ch = self.ch

@@ -369,3 +369,26 @@ def test_saved_bfloat16_files_read_back_as_bfloat16(tmp_path):
     v = special_values("bfloat16")
     np.save(tmp_path / "x.npy", v)
     same_bits(from_saved(np.load(tmp_path / "x.npy")), v)
+
+
+def test_summaries_of_new_dtypes(tmp_path):
+    """Scalar summaries of bfloat16 / float16 / uint32 values, eager and
+    from a replicated computation: float32 ``simple_value``s (TF's
+    ``tf.summary.scalar`` casts to float32), the values exact."""
+    from test_summary import read_events
+
+    logdir = str(tmp_path / "logs")
+    writer = xtpu.summary.create_file_writer(logdir)
+    values = [np.array(1.5, BF16), np.array(-0.375, np.float16), np.array(7, np.uint32)]
+    with writer.as_default():
+        for i, v in enumerate(values):
+            assert xtpu.summary.scalar(f"eager{i}", v, step=i) is True
+
+        def f(x):
+            xtpu.summary.scalar("traced", x * x, step=np.int64(5))
+            return x
+
+        xtpu.replicate(f, [[np.array(-2.5, BF16)]])
+    writer.close()
+    got = {(v.tag, e.step): v.simple_value for e in read_events(logdir) for v in e.summary.value}
+    assert got == {("eager0", 0): 1.5, ("eager1", 1): -0.375, ("eager2", 2): 7.0, ("traced", 5): 6.25}

@@ -127,3 +127,22 @@ def test_failed_run_leaves_no_temporary_directory(tmp_path, monkeypatch, capsys)
         _run_in(tmp_path, monkeypatch, [])
     assert os.listdir(tmp_path) == []
     assert "tensorboard --logdir" not in capsys.readouterr().out
+
+
+def test_guide_loop_mixed_bfloat16_within_one_point_of_float32(tmp_path, capsys):
+    """Issue 28: the guide's loop in TF's mixed_bfloat16 policy restores bit
+    for bit (float32 checkpoints of autocast variables) and reaches the
+    float32 run's held-out accuracy within 1 point."""
+    accuracy = {}
+    for precision in ("float32", "mixed_bfloat16"):
+        rc = guide.main(
+            ["--precision", precision, "--log-every", "1000", "--logdir", str(tmp_path / precision / "logs")]
+        )
+        out = capsys.readouterr().out
+        assert rc == 0, out
+        assert f"the remaining 150 steps match bit for bit ({precision})" in out
+        accuracy[precision] = float(re.search(r"held-out accuracy ([0-9.]+)", out).group(1))
+        xtpu.dialects.summaries.release(str(tmp_path / precision / "logs"))
+    assert accuracy["float32"] >= 0.9
+    assert abs(accuracy["mixed_bfloat16"] - accuracy["float32"]) <= 0.01, accuracy
+    assert xtpu.keras.mixed_precision.global_policy().name == "float32"

@@ -392,6 +392,88 @@ def _math_extra_cases():
     return out
 
 
+def _indexing_cases():
+    """hlo.gather / scatter / sort / variadic_reduce (dialects/hlo_indexing.py)."""
+    from xtpu.dialects import hlo_indexing as ix
+
+    rows = {"offset_dims": (1,), "collapsed_slice_dims": (0,), "start_index_map": (0,), "index_vector_dim": 1}
+    ids = np.array([3, 0, 3, -2, 9], np.int32)  # repeated, and clamped below and above
+    scatter_rows = {
+        "update_window_dims": (1,),
+        "inserted_window_dims": (0,),
+        "scatter_dims_to_operand_dims": (0,),
+        "index_vector_dim": 1,
+    }
+    batching = {
+        "offset_dims": (2,),
+        "collapsed_slice_dims": (1,),
+        "operand_batching_dims": (0,),
+        "start_indices_batching_dims": (0,),
+        "start_index_map": (1,),
+        "index_vector_dim": 2,
+        "slice_sizes": (1, 1, 3),
+    }
+    iota = np.broadcast_to(np.arange(4), (3, 4)).copy()
+    return [
+        Case(ix.GatherOp, ins(f64(6, 4), ids), {**rows, "slice_sizes": (1, 4)}, id="rows"),
+        Case(ix.GatherOp, ins(f64(6, 4), ids), {**rows, "slice_sizes": (1, 2)}, id="partial-rows"),
+        Case(
+            ix.GatherOp,
+            ins(f64(6, 4), ids[:, None]),
+            {"offset_dims": (1, 2), "start_index_map": (0,), "index_vector_dim": 1, "slice_sizes": (2, 3)},
+            id="window",
+        ),
+        Case(ix.GatherOp, ins(f64(2, 5, 3), np.array([[4, 0, 4], [1, 7, 2]])), batching, id="batching"),
+        Case(ix.GatherOp, ins(np.arange(12).reshape(6, 2), ids), {**rows, "slice_sizes": (1, 2)}, id="int"),
+        Case(ix.ScatterOp, ins(f64(6, 4), ids, f64(5, 4)), {**scatter_rows, "computation": "add"}, id="add"),
+        Case(
+            ix.ScatterOp,
+            ins(f64(6, 4), np.array([3, 0, 7, 5]), f64(4, 4)),
+            {**scatter_rows, "computation": "replace"},
+            id="replace",
+        ),
+        Case(
+            ix.ScatterOp,
+            ins(distinct(6, 4), np.array([3, 0, 3, 5]), distinct(4, 4)),
+            {**scatter_rows, "computation": "max"},
+            id="max",
+        ),
+        Case(
+            ix.ScatterOp,
+            ins(distinct(6, 4), np.array([3, 0, 3, -1]), distinct(4, 4)),
+            {**scatter_rows, "computation": "min"},
+            id="min",
+        ),
+        Case(
+            ix.ScatterOp,
+            ins(f64(6, 4), np.array([3, 0, 3, 3, 9]), with_zeros((5, 4), [(0, 1), (2, 1), (3, 2), (1, 0)])),
+            {**scatter_rows, "computation": "mul"},
+            id="mul-with-zeros",
+            traced=False,  # exact at zeros to first order only (as TF's rule): no second-order case
+        ),
+        Case(ix.ScatterOp, ins(f64(6, 4), ids, nonzero(5, 4)), {**scatter_rows, "computation": "mul"}, id="mul"),
+        Case(ix.SortOp, ins(distinct(3, 5)), {"dimension": 1, "comparison_directions": ("GT",)}, id="one-key"),
+        Case(
+            ix.SortOp,
+            ins(np.array([[1, 0, 1, 0, 2]] * 3), distinct(3, 5), f64(3, 5)),
+            {"dimension": 1, "comparison_directions": ("LT", "GT")},
+            id="two-keys-payload",
+        ),
+        Case(
+            ix.VariadicReduceOp,
+            ins(distinct(3, 4), iota, np.float64(-np.inf), np.int64(0)),
+            {"computation": "argmax", "dimensions": (1,)},
+            id="argmax",
+        ),
+        Case(
+            ix.VariadicReduceOp,
+            ins(distinct(3, 4), iota, np.float64(-2.0), np.int64(-1)),
+            {"computation": "argmin", "dimensions": (0, 1)},
+            id="argmin-init-wins-some",
+        ),
+    ]
+
+
 CASES: list[Case] = (
     _elementwise_cases()
     + _select_convert_cases()
@@ -400,6 +482,7 @@ CASES: list[Case] = (
     + _slicing_cases()
     + _tpu_cases()
     + _math_extra_cases()
+    + _indexing_cases()
 )
 
 
