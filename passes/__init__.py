@@ -6,9 +6,11 @@ order in which the compiler runs them on a traced module.
 
 from xdsl.passes import ModulePass
 
+from xtpu.passes.canonicalize import Canonicalize
 from xtpu.passes.combine_all_reduce import CombineAllReduce
 from xtpu.passes.decompose_all_reduce import DecomposeAllReduce
 from xtpu.passes.extract_head_tail_outside_compilation import ExtractHeadTailOutsideCompilation
+from xtpu.passes.fold_host_constants import FoldHostConstants
 from xtpu.passes.lower_cross_replica_sum import LowerCrossReplicaSum
 from xtpu.passes.mark_outside_compilation import MarkOutsideCompilation
 from xtpu.passes.outline_outside_compilation import OutlineOutsideCompilation
@@ -20,6 +22,8 @@ ALL_PASSES: dict[str, type[ModulePass]] = {
     p.name: p
     for p in (
         PadDynamicShapes,
+        FoldHostConstants,
+        Canonicalize,
         MarkOutsideCompilation,
         ExtractHeadTailOutsideCompilation,
         OutlineOutsideCompilation,
@@ -33,6 +37,11 @@ ALL_PASSES: dict[str, type[ModulePass]] = {
 
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "tpu-pad-dynamic-shapes",
+    # TF's bridge simplifies before it marks and extracts outside compilation
+    # (tf-replicated-clustering-bridge-v2: canonicalize, cse, then
+    # mark-ops-for-outside-compilation, extract-head-tail-outside-compilation).
+    "tpu-fold-host-constants",
+    "hlo-canonicalize",
     "tpu-mark-outside-compilation",
     "tpu-extract-head-tail-outside-compilation",
     "tpu-outline-outside-compilation",
@@ -50,12 +59,14 @@ shows no gain on the threads backend."""
 
 __all__ = [
     "ALL_PASSES",
+    "Canonicalize",
     "CombineAllReduce",
     "DecomposeAllReduce",
     "DEFAULT_PIPELINE",
     "SPMD_PIPELINE",
     "OPTIONAL_PASSES",
     "ExtractHeadTailOutsideCompilation",
+    "FoldHostConstants",
     "LowerCrossReplicaSum",
     "MarkOutsideCompilation",
     "OutlineOutsideCompilation",

@@ -147,6 +147,72 @@ def _move_clusters(clusters: list[OutsideCompilationOp], block: Block, mapping: 
             mapping[r] = v
 
 
+def _merge_into_producers(block: Block, computable: HostComputable) -> None:
+    """Merge each cluster of ``block`` that needs no device value into the
+    latest earlier cluster of ``block`` whose results it uses.
+
+    Such a cluster ``B`` (no side effects) uses only replica inputs, values
+    the host computes itself and results of earlier clusters of the block;
+    on its own it would still cost a device round trip (an empty ``_args``
+    message and its ``_retvals``).  Its ops move to the end of ``A``, the last
+    of those earlier clusters, whose results grow by ``B``'s: the device
+    receives them with ``A``'s, and ``B``'s channels are gone.  TF's bridge
+    gets the same count by emitting no send for a host compute without
+    device operands."""
+    clusters = [o for o in block.ops if isinstance(o, OutsideCompilationOp)]
+    for b in clusters:
+        if b.parent is not block or has_side_effects(b):
+            continue
+        producers: list[OutsideCompilationOp] = []
+        device = False
+        for v in captured_values(b):
+            if isinstance(v, BlockArgument) and v.owner is block:
+                continue
+            owner = v.owner
+            if isinstance(owner, OutsideCompilationOp) and owner.parent is block:
+                producers.append(owner)
+            elif not computable(v):
+                device = True
+        if device or not producers:
+            continue
+        index = {o: i for i, o in enumerate(block.ops)}
+        a = max(producers, key=lambda o: index[o])
+        _merge(a, b)
+
+
+def _merge(a: OutsideCompilationOp, b: OutsideCompilationOp) -> OutsideCompilationOp:
+    """``a`` followed by ``b``'s ops, as one cluster named ``a``'s, with
+    ``a``'s results and then ``b``'s."""
+    block = a.parent_block()
+    assert block is not None
+    a_yield, b_yield = a.body.block.last_op, b.body.block.last_op
+    assert isinstance(a_yield, YieldOp) and isinstance(b_yield, YieldOp)
+    mapping: dict[SSAValue, SSAValue] = dict(zip(a.results, a_yield.values, strict=True))
+    for inner in list(b.body.block.ops):
+        remap_operands(inner, mapping)
+        if inner is not b_yield:
+            inner.detach()
+            a.body.block.insert_op_before(inner, a_yield)
+    values = [*a_yield.values, *b_yield.values]
+    a.body.block.insert_op_before(YieldOp.create(operands=values), a_yield)
+    a.body.block.erase_op(a_yield)
+    merged = OutsideCompilationOp.create(
+        result_types=[v.type for v in values],
+        properties=dict(a.properties),
+        attributes=dict(a.attributes),
+        regions=[a.detach_region(0)],
+    )
+    merged.location = a.location
+    block.insert_op_before(merged, a)
+    old = [*a.results, *b.results]
+    for r, new in zip(old, merged.results, strict=True):
+        new.name_hint = r.name_hint
+        r.replace_all_uses_with(new)
+    block.erase_op(b)
+    block.erase_op(a)
+    return merged
+
+
 def _extract(rep: ReplicateOp, computable: HostComputable) -> None:
     body = rep.body.block
     if not any(isinstance(o, OutsideCompilationOp) for o in body.ops):
@@ -326,7 +392,17 @@ class ExtractHeadTailOutsideCompilation(ModulePass):
     always stay), so side effects keep their order.  A value that a moved
     cluster hands to a staying one (or back) stays on the host: outlining
     gives host code the replica inputs (head results among them) and keeps
-    host values for the tail.  TF: ``tf-tpu-extract-head-tail-outside-compilation``.
+    host values for the tail.
+
+    Last, a cluster left on the device that needs no device value (only
+    replica inputs, values the host computes and results of earlier
+    clusters of its block) and has no side effects joins the latest of those
+    earlier clusters: its ops run at the end of that cluster, whose results
+    grow by its own, so it costs no device round trip of its own (the
+    gradient cluster of a host op whose cotangent canonicalizes to a replica
+    input, say).  TF: ``tf-tpu-extract-head-tail-outside-compilation``; TF's
+    ``tf-extract-outside-compilation`` sends nothing for a host compute
+    without device operands, where xtpu merges it.
     """
 
     name = "tpu-extract-head-tail-outside-compilation"
@@ -336,3 +412,5 @@ class ExtractHeadTailOutsideCompilation(ModulePass):
         computable = HostComputable()
         for rep in reps:
             _extract(rep, computable)
+        for rep in [r for r in walk_ops(op) if isinstance(r, ReplicateOp) and not r.on_host]:
+            _merge_into_producers(rep.body.block, HostComputable())

@@ -22,7 +22,7 @@ def host_plans(compiled):
 
 
 def small_math(x):
-    return xtpu.outside_compilation(lambda v: xtpu.math.tanh(v * 3.0) + 1.0, x * 2.0) * 1.0
+    return xtpu.outside_compilation(lambda v: xtpu.math.tanh(v * 3.0) + 1.0, x * 2.0) * 2.0
 
 
 def to_number(x):
@@ -30,22 +30,24 @@ def to_number(x):
         xtpu.outside_compilation(
             lambda v: xtpu.strings.to_number(xtpu.strings.format("{}", v), out_type=xtpu.float32), x * 2.0
         )
-        * 1.0
+        * 2.0
     )
 
 
 def host_cond(x):
-    return xtpu.outside_compilation(lambda v: xtpu.cond(v > 0.0, lambda: v + 1.0, lambda: v - 1.0), x * 2.0) * 1.0
+    return xtpu.outside_compilation(lambda v: xtpu.cond(v > 0.0, lambda: v + 1.0, lambda: v - 1.0), x * 2.0) * 2.0
 
 
 def big_matmul(x):
-    return xtpu.outside_compilation(lambda v: v @ v, x * 2.0) * 1.0
+    return xtpu.outside_compilation(lambda v: v @ v, x * 2.0) * 2.0
 
 
 def two_clusters(x):
+    # Each cluster takes a device value (a + 1.0, a - 1.0): one that needs
+    # none would join the cluster it reads from.
     a = xtpu.outside_compilation(lambda v: v * 3.0, x * 2.0)
-    s = xtpu.outside_compilation(lambda v: xtpu.strings.format("{}", v), a)  # stays on the host
-    return xtpu.outside_compilation(lambda v, t: xtpu.strings.to_number(t) + v, a, s) * 1.0
+    s = xtpu.outside_compilation(lambda v: xtpu.strings.format("{}", v), a + 1.0)  # stays on the host
+    return xtpu.outside_compilation(lambda v, t: xtpu.strings.to_number(t) + v, a - 1.0, s) * 2.0
 
 
 @pytest.mark.parametrize(
@@ -76,7 +78,7 @@ def test_a_wait_for_another_clusters_value_keeps_the_function_on_its_worker():
             [np.float32(1)],
         ]
     )
-    assert float(out[0][0]) == 12.0  # a = 6, "6" -> 6, 6 + 6
+    assert float(out[0][0]) == 24.0  # a = 6, "7" -> 7, (7 + 5) * 2
 
 
 def trace_of(tmp_path, fn, inputs):
@@ -119,28 +121,28 @@ def test_where_the_host_function_ran(tmp_path, fn, host_op, inline):
 def fn_eager(fn, x):
     """The same math in numpy (the host functions above, run eagerly)."""
     if fn is small_math:
-        return float(np.tanh(np.float32(x) * 2 * 3) + 1)
-    return float(np.float32(x) * 2)
+        return float((np.tanh(np.float32(x) * 2 * 3) + 1) * 2)
+    return float(np.float32(x) * 2 * 2)
 
 
 def test_an_error_in_another_replicas_host_function_aborts_one_that_serves_inline():
     def step(x):
         a = xtpu.outside_compilation(lambda v: v + 1.0, x * 2.0)  # inline
         b = xtpu.outside_compilation(
-            lambda v: xtpu.strings.to_number(xtpu.strings.format("{}", v), out_type=xtpu.int32), a
-        )
-        return xtpu.cross_replica_sum(b + 0)
+            lambda v: xtpu.strings.to_number(xtpu.strings.format("{}", v), out_type=xtpu.int32), a - 1.0
+        )  # a device value: a cluster that needs none would join the one it reads from
+        return xtpu.cross_replica_sum(b * 2)
 
     compiled = xtpu.lower(step, [[np.float32(1)], [np.float32(2)]]).compile(timeout=30)
     assert [runs_inline(b) for b in host_plans(compiled)][0] is True
-    assert [int(o[0]) for o in compiled([[np.float32(1)], [np.float32(2)]])] == [8, 8]  # 3 + 5
+    assert [int(o[0]) for o in compiled([[np.float32(1)], [np.float32(2)]])] == [12, 12]  # (2 + 4) * 2
     start = time.monotonic()
     with pytest.raises(HostComputeError) as info:
-        compiled([[np.float32(1)], [np.float32(1.25)]])  # 3.5 is no int32
+        compiled([[np.float32(1)], [np.float32(1.25)]])  # 2.5 is no int32
     assert time.monotonic() - start < 5  # aborted at once, not after the 30 s timeout
     assert info.value.replica == 1 and info.value.op == "hlo.string_to_number"
     for _ in range(3):  # and the program goes on serving, inline and not
-        assert [int(o[0]) for o in compiled([[np.float32(2)], [np.float32(3)]])] == [12, 12]
+        assert [int(o[0]) for o in compiled([[np.float32(2)], [np.float32(3)]])] == [20, 20]  # (4 + 6) * 2
 
 
 def test_a_quiet_request_wakes_its_worker_when_its_answer_is_awaited():

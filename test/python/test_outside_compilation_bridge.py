@@ -217,7 +217,7 @@ def string_of_a_loop_cluster_into_a_branch(x):
 
 
 def inputs_and_host_values_in_a_branch_in_a_loop(x):
-    b = xtpu.outside_compilation(lambda v: v * 10.0, x * 1.0)
+    b = xtpu.outside_compilation(lambda v: v * 10.0, x * 2.0)  # a device value (x * 1.0 is x)
 
     def body(i, a):
         def yes():

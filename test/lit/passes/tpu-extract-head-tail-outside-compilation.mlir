@@ -275,3 +275,70 @@ func.func @host_value_of_a_head_cluster_for_a_staying_one(%a: tensor<f32>) -> te
   }
   func.return %r : tensor<f32>
 }
+
+// -----
+
+// A middle cluster that needs no device value (a replica input and results
+// of cluster "a") joins "a": its ops run at the end of "a", whose results
+// grow by its own; no round trip of its own.
+// CHECK-LABEL: func @middle_cluster_joins_its_producer
+// CHECK:         tpu.replicate([%a] as %x: tensor<f32>, [%b] as %w: tensor<f32>) {n = 1 : i64} {
+// CHECK-NEXT:      %d = hlo.negate %x
+// CHECK-NEXT:      %h, %k = tpu.outside_compilation "a" -> (tensor<f32>, tensor<f32>) {
+// CHECK-NEXT:        %e = hlo.exponential %d
+// CHECK-NEXT:        %g = hlo.multiply %e, %w
+// CHECK-NEXT:        tpu.yield %e, %g
+// CHECK-NEXT:      }
+// CHECK-NEXT:      %s = hlo.add %h, %d
+// CHECK-NEXT:      %t = hlo.add %s, %k
+// CHECK-NEXT:      tpu.yield %t
+// CHECK-NOT:     tpu.outside_compilation "b"
+func.func @middle_cluster_joins_its_producer(%a: tensor<f32>, %b: tensor<f32>) -> tensor<f32> {
+  %r = tpu.replicate([%a] as %x: tensor<f32>, [%b] as %w: tensor<f32>) {n = 1 : i64} {
+    %d = hlo.negate %x : tensor<f32>
+    %h = tpu.outside_compilation "a" -> (tensor<f32>) {
+      %e = hlo.exponential %d : tensor<f32>
+      tpu.yield %e : tensor<f32>
+    }
+    %s = hlo.add %h, %d : tensor<f32>
+    %k = tpu.outside_compilation "b" -> (tensor<f32>) {
+      %g = hlo.multiply %h, %w : tensor<f32>
+      tpu.yield %g : tensor<f32>
+    }
+    %t = hlo.add %s, %k : tensor<f32>
+    tpu.yield %t : tensor<f32>
+  }
+  func.return %r : tensor<f32>
+}
+
+// -----
+
+// A cluster that needs a device value (%s) or has a side effect keeps its
+// own round trip.
+// CHECK-LABEL: func @clusters_that_do_not_join
+// CHECK:         tpu.outside_compilation "a" -> (tensor<f32>)
+// CHECK:         tpu.outside_compilation "b" -> (tensor<f32>)
+// CHECK:         tpu.outside_compilation "c" -> (tensor<f32>) {
+func.func @clusters_that_do_not_join(%a: tensor<f32>) -> tensor<f32> {
+  %r = tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64} {
+    %d = hlo.negate %x : tensor<f32>
+    %h = tpu.outside_compilation "a" -> (tensor<f32>) {
+      %e = hlo.exponential %d : tensor<f32>
+      tpu.yield %e : tensor<f32>
+    }
+    %s = hlo.add %h, %d : tensor<f32>
+    %k = tpu.outside_compilation "b" -> (tensor<f32>) {
+      %g = hlo.multiply %h, %s : tensor<f32>
+      tpu.yield %g : tensor<f32>
+    }
+    %p = tpu.outside_compilation "c" -> (tensor<f32>) {
+      hlo.print (%h) sep = " " end = "\n" to "stdout" summarize = 3 : tensor<f32>
+      %q = hlo.exponential %h : tensor<f32>
+      tpu.yield %q : tensor<f32>
+    }
+    %t = hlo.add %s, %k : tensor<f32>
+    %u = hlo.add %t, %p : tensor<f32>
+    tpu.yield %u : tensor<f32>
+  }
+  func.return %r : tensor<f32>
+}

@@ -1,0 +1,222 @@
+"""``hlo-canonicalize``: algebraic identities, common subexpressions and dead
+code, before outside compilation is extracted.
+
+Semantics follow the simplifications that TensorFlow's TPU bridge runs before
+it extracts outside compilation (``tf-replicated-clustering-bridge-v2``:
+``canonicalize`` and ``cse`` come before ``tf-mark-ops-for-outside-compilation``
+and ``tf-tpu-extract-head-tail-outside-compilation``), on StableHLO's ops: the
+identities are those of MLIR's ``stablehlo`` / ``arith`` folders that are exact
+for every value (``x * 1``, ``x / 1``, ``x - 0``, ``x + (-0.0)`` for floats,
+``x + 0`` for integers; a ``convert``, ``reshape``, ``broadcast_in_dim`` or
+``transpose`` that changes nothing), with the constant seen through
+``broadcast_in_dim`` and ``reshape`` of a splat.  A value the gradient traces
+as ``ones * w`` is then ``w`` itself: when ``w`` is a replica input, a host
+cluster that uses it needs nothing from the device and runs in the head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from xtpu.dialects.hlo import (
+    AddOp,
+    BroadcastInDimOp,
+    ConstantOp,
+    ConvertOp,
+    DivideOp,
+    MultiplyOp,
+    ReshapeOp,
+    SubtractOp,
+    TransposeOp,
+)
+from xtpu.dialects.tensor_spec import TensorSpec
+from xtpu.dialects.tpu import OutsideCompilationOp
+from xtpu.passes._common import has_side_effects, walk_ops
+from xtpu.passes.fold_host_constants import pure
+
+_SPLAT_BYTES = 1 << 16
+"""Largest constant decoded to see whether it is a splat."""
+
+
+def _splat(v: SSAValue) -> np.ndarray | None:
+    """The one element of ``v`` when ``v`` is a splat constant, also through
+    ``broadcast_in_dim`` / ``reshape`` of one (a 0-d array), else None."""
+    op = v.owner
+    while isinstance(op, (BroadcastInDimOp, ReshapeOp)):
+        op = op.operands[0].owner
+    if not isinstance(op, ConstantOp):
+        return None
+    spec = TensorSpec.of_type(op.results[0].type)
+    if spec.size * 16 > _SPLAT_BYTES:
+        return None
+    arr = np.asarray(type(op).kernel(**op.params())())
+    if arr.size == 0:
+        return None
+    first = arr.reshape(-1)[0]
+    flat = arr.reshape(-1).view(np.uint8).reshape(arr.size, -1) if arr.dtype.kind != "O" else None
+    if flat is None or not (flat == flat[0]).all():
+        return None  # not every element has the same bits
+    return np.asarray(first)
+
+
+def _is(v: SSAValue, value: float, negative_zero: bool | None = None) -> bool:
+    c = _splat(v)
+    if c is None or c.dtype.kind not in "biuf" or c != value:
+        return False
+    if negative_zero is not None and c.dtype.kind == "f":
+        return bool(np.signbit(c)) == negative_zero
+    return True
+
+
+def _float(v: SSAValue) -> bool:
+    return TensorSpec.of_type(v.type).dtype.startswith(("float", "bfloat"))
+
+
+def identity_operand(op: Operation) -> SSAValue | None:
+    """The operand ``op`` equals for every value of it, if an identity
+    applies (its type is the result's)."""
+    result = op.results[0] if len(op.results) == 1 else None
+    if result is None:
+        return None
+    found: SSAValue | None = None
+    if isinstance(op, MultiplyOp):
+        lhs, rhs = op.operands
+        found = lhs if _is(rhs, 1) else rhs if _is(lhs, 1) else None
+    elif isinstance(op, DivideOp):
+        lhs, rhs = op.operands
+        found = lhs if _is(rhs, 1) else None
+    elif isinstance(op, AddOp):
+        lhs, rhs = op.operands
+        # x + (+0.0) is +0.0 for x = -0.0: only -0.0 is the float identity.
+        neg = True if _float(result) else None
+        found = lhs if _is(rhs, 0, neg) else rhs if _is(lhs, 0, neg) else None
+    elif isinstance(op, SubtractOp):
+        lhs, rhs = op.operands
+        found = lhs if _is(rhs, 0, False if _float(result) else None) else None
+    elif isinstance(op, (ConvertOp, ReshapeOp)):
+        found = op.operands[0]
+    elif isinstance(op, BroadcastInDimOp):
+        dims = tuple(op.params()["broadcast_dimensions"])  # type: ignore[attr-defined]
+        found = op.operands[0] if dims == tuple(range(len(dims))) else None
+    elif isinstance(op, TransposeOp):
+        perm = tuple(op.params()["permutation"])  # type: ignore[attr-defined]
+        found = op.operands[0] if perm == tuple(range(len(perm))) else None
+    if found is not None and found.type == result.type:
+        return found
+    return None
+
+
+def _key(op: Operation) -> Hashable | None:
+    try:
+        key = (
+            op.name,
+            tuple(op.operands),
+            tuple(sorted(op.properties.items())),
+            tuple(sorted(op.attributes.items())),
+            tuple(r.type for r in op.results),
+        )
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+@dataclass
+class _Simplifier:
+    changed: bool = False
+
+    def block(self, block: Block, seen: dict) -> None:
+        """Identities and CSE over ``block``, in order; ``seen`` holds the
+        pure ops that dominate it, on the same side (device or host)."""
+        seen = dict(seen)
+        for op in list(block.ops):
+            if isinstance(op, OutsideCompilationOp):
+                self.block(op.body.block, {})  # host code: its own scope
+                continue
+            if op.regions:
+                for region in op.regions:
+                    for inner in region.blocks:
+                        self.block(inner, seen)
+                continue
+            if not pure(op):
+                continue
+            same = identity_operand(op)
+            if same is None:
+                key = _key(op)
+                if key is None:
+                    continue
+                earlier = seen.get(key)
+                if earlier is None:
+                    seen[key] = op
+                    continue
+                new = list(earlier.results)
+            else:
+                new = [same]
+            for old, v in zip(op.results, new, strict=True):
+                old.replace_all_uses_with(v)
+            block.erase_op(op)
+            self.changed = True
+
+
+def _dead(op: Operation) -> bool:
+    if not op.results or any(r.uses for r in op.results):
+        return False
+    if isinstance(op, OutsideCompilationOp) or (op.regions and op.dialect_name() == "hlo"):
+        return not has_side_effects(op)
+    return pure(op)
+
+
+def eliminate_dead_code(root: Operation) -> bool:
+    """Erase the ops whose results nothing uses and that have no side
+    effects: pure ``hlo`` ops, ``hlo.if`` / ``hlo.while`` and
+    ``tpu.outside_compilation`` without side effects in them (users before
+    what they use, inner blocks first).  Ops without results stay."""
+    changed = False
+    for block in reversed([b for o in walk_ops(root) for r in o.regions for b in r.blocks]):  # inner first
+        for op in reversed(list(block.ops)):
+            if op.parent is block and _dead(op):
+                block.erase_op(op)
+                changed = True
+    return changed
+
+
+@dataclass(frozen=True)
+class Canonicalize(ModulePass):
+    """Simplify ``hlo`` code before outside compilation is extracted.
+
+    Every pure ``hlo`` op (no regions, no side effects) that is an identity
+    is replaced by its operand: ``multiply`` by one (either side),
+    ``divide`` by one, ``subtract`` of ``+0``, ``add`` of ``-0.0`` (floats;
+    ``x + 0.0`` is not ``x`` for ``x = -0.0``) or of ``0`` (integers), and
+    ``convert`` / ``reshape`` / ``broadcast_in_dim`` / ``transpose`` whose
+    result type is the operand's (and whose dimensions are in order).  The
+    constant is an ``hlo.constant`` whose elements all have the same bits,
+    also through ``broadcast_in_dim`` / ``reshape`` of one.  Then equal pure
+    ops (same name, operands, properties, attributes and types) are merged
+    into the first (CSE), within a block and the regions it dominates, and
+    never across a ``tpu.outside_compilation`` boundary (host and device
+    values stay where they are).  Last, dead code goes: pure ops, region
+    ops and clusters without side effects whose results nothing uses.
+    TF: ``canonicalize`` and ``cse`` in ``tf-replicated-clustering-bridge-v2``,
+    before outside compilation is marked and extracted.
+    """
+
+    name = "hlo-canonicalize"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for _ in range(8):
+            simplifier = _Simplifier()
+            for func in op.body.block.ops:
+                for region in func.regions:
+                    for block in region.blocks:
+                        simplifier.block(block, {})
+            dead = eliminate_dead_code(op)
+            if not simplifier.changed and not dead:
+                return

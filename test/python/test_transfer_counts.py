@@ -1,0 +1,67 @@
+"""No program of the outside-compilation tests gets more device<->host
+transfers than before issue 31's folding, simplification and merging.
+
+``test/data/outside_compilation_transfers.json`` holds, per test of the
+files in :data:`FILES`, the ``tpu.send_to_host`` / ``tpu.recv_from_host`` ops
+of every module the default pipeline compiled and the values they carry,
+recorded with the ``transfer_counter`` plugin by the compiler of main at
+f229deb (before issue 31) on these test files as they are now (the programs
+of two tests in ``test_host_inline.py`` take a device value since issue 31,
+so that their clusters stay apart: the counts are the old compiler's on the
+new programs).  To record them again, run from ``test/python`` with an
+install of that commit::
+
+    XTPU_TRANSFERS_OUT=../data/outside_compilation_transfers.json \
+        python -m pytest -q -p transfer_counter -p no:cacheprovider <FILES>
+
+This test runs the same files with the plugin and the current compiler and
+compares, test by test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+BEFORE = HERE.parent / "data" / "outside_compilation_transfers.json"
+FILES = (
+    "test_outside_compilation.py",
+    "test_outside_compilation_bridge.py",
+    "test_host_inline.py",
+    "test_gradients.py",
+    "test_gradients_control_flow.py",
+    "test_gradients_tf_cases.py",
+    "test_control_flow.py",
+    "test_summary.py",
+    "test_api.py",
+    "test_strategy.py",
+    "test_user_hints.py",
+)
+KINDS = ("sends", "receives", "values sent", "values received")
+
+
+def test_no_program_gets_more_transfers(tmp_path):
+    out = tmp_path / "after.json"
+    env = dict(os.environ, XTPU_TRANSFERS_OUT=str(out))
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "transfer_counter", "-p", "no:cacheprovider", *FILES],
+        cwd=HERE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    before = json.loads(BEFORE.read_text())
+    after = json.loads(out.read_text())
+    assert set(after) == set(before), "the recorded tests changed: record the counts again on main"
+    worse = {t: (before[t], after[t]) for t in before if any(a > b for a, b in zip(after[t], before[t]))}
+    assert not worse, f"more transfers than before ({', '.join(KINDS)}): {worse}"
+    # The counts are real: some programs transfer, and the issue's
+    # simplifications removed some transfers.
+    assert sum(sum(v) for v in after.values()) > 0
+    assert sum(sum(v) for v in after.values()) < sum(sum(v) for v in before.values())
