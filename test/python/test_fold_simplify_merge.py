@@ -18,7 +18,7 @@ import pytest
 
 import xtpu
 from xtpu.dialects import tpu
-from xtpu.replication import lower
+from xtpu.replication.program import lower
 from xtpu.runtime.errors import HostComputeError
 
 TF_BRIDGE = json.loads((Path(__file__).parent.parent / "data" / "tf_bridge" / "summary.json").read_text())

@@ -8,8 +8,9 @@ recorded with the ``transfer_counter`` plugin by the compiler of main at
 f229deb (before issue 31) on these test files as they are now (the programs
 of two tests in ``test_host_inline.py`` take a device value since issue 31,
 so that their clusters stay apart: the counts are the old compiler's on the
-new programs).  To record them again, run from ``test/python`` with an
-install of that commit::
+new programs; that commit's ``run_pipeline`` was ``xtpu.replication``'s, where
+the plugin wrapped it).  To record them again, run from ``test/python`` with
+an install of that commit::
 
     XTPU_TRANSFERS_OUT=../data/outside_compilation_transfers.json \
         python -m pytest -q -p transfer_counter -p no:cacheprovider <FILES>

@@ -1,8 +1,9 @@
 """A pytest plugin that counts the device<->host transfers of every program
 the default pipeline compiles (issue 31).
 
-Loaded with ``-p transfer_counter`` (from ``test/python``), it wraps
-``xtpu.replication.run_pipeline``: after a pipeline that outlines outside
+Loaded with ``-p transfer_counter`` (from ``test/python``), it wraps the
+``run_pipeline`` that ``xtpu.replication.program`` compiles programs with:
+after a pipeline that outlines outside
 compilation, it counts in the compiled module the ``tpu.send_to_host`` ops
 (device to host messages), the ``tpu.recv_from_host`` ops (host to device
 messages) and the values they carry, summed per test (its node id).  At the
@@ -18,13 +19,14 @@ import os
 
 import pytest
 
+import xtpu.replication.program as program
+from xtpu.dialects import tpu
+
 COUNTS: dict[str, list[int]] = {}
 
 
 def count(module) -> list[int]:
     """``[sends, receives, values sent, values received]`` of a module."""
-    from xtpu.dialects import tpu
-
     out = [0, 0, 0, 0]
     for op in module.walk():
         if isinstance(op, tpu.SendToHostOp):
@@ -37,9 +39,7 @@ def count(module) -> list[int]:
 
 
 def pytest_configure(config) -> None:
-    import xtpu.replication as replication
-
-    original = replication.run_pipeline
+    original = program.run_pipeline
 
     def counting(module, passes, *args, **kwargs):
         result = original(module, passes, *args, **kwargs)
@@ -50,13 +50,13 @@ def pytest_configure(config) -> None:
                 total[i] += n
         return result
 
-    replication.run_pipeline = counting
+    program.run_pipeline = counting
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config) -> None:
     path = os.environ.get("XTPU_TRANSFERS_OUT")
     if path:
+        lines = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(COUNTS.items())]
         with open(path, "w") as f:
-            json.dump(dict(sorted(COUNTS.items())), f, indent=1, sort_keys=True)
-            f.write("\n")
+            f.write("{\n" + ",\n".join(lines) + "\n}\n")
