@@ -17,7 +17,7 @@ cluster that uses it needs nothing from the device and runs in the head.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.context import Context
@@ -45,61 +45,75 @@ _SPLAT_BYTES = 1 << 16
 """Largest constant decoded to see whether it is a splat."""
 
 
-def _splat(v: SSAValue) -> np.ndarray | None:
-    """The one element of ``v`` when ``v`` is a splat constant, also through
-    ``broadcast_in_dim`` / ``reshape`` of one (a 0-d array), else None."""
-    op = v.owner
-    while isinstance(op, (BroadcastInDimOp, ReshapeOp)):
-        op = op.operands[0].owner
-    if not isinstance(op, ConstantOp):
-        return None
+class _Splats:
+    """The one element of a splat constant, decoded once per constant op."""
+
+    def __init__(self) -> None:
+        self._of: dict[Operation, np.ndarray | None] = {}
+
+    def __call__(self, v: SSAValue) -> np.ndarray | None:
+        """The element of ``v`` when ``v`` is a splat constant, also through
+        ``broadcast_in_dim`` / ``reshape`` of one (a 0-d array), else None."""
+        op = v.owner
+        while isinstance(op, (BroadcastInDimOp, ReshapeOp)):
+            op = op.operands[0].owner
+        if not isinstance(op, ConstantOp):
+            return None
+        if op not in self._of:
+            self._of[op] = _splat_of(op)
+        return self._of[op]
+
+    def is_(self, v: SSAValue, value: float, negative_zero: bool | None = None) -> bool:
+        c = self(v)
+        if c is None or c.dtype.kind not in "biuf" or c != value:
+            return False
+        if negative_zero is not None and c.dtype.kind == "f":
+            return bool(np.signbit(c)) == negative_zero
+        return True
+
+
+def _splat_of(op: ConstantOp) -> np.ndarray | None:
     spec = TensorSpec.of_type(op.results[0].type)
     if spec.size * 16 > _SPLAT_BYTES:
         return None
     arr = np.asarray(type(op).kernel(**op.params())())
     if arr.size == 0:
         return None
-    first = arr.reshape(-1)[0]
-    flat = arr.reshape(-1).view(np.uint8).reshape(arr.size, -1) if arr.dtype.kind != "O" else None
-    if flat is None or not (flat == flat[0]).all():
+    flat = arr.reshape(-1)
+    raw = flat.view(np.uint8).reshape(arr.size, -1)
+    if not (raw == raw[0]).all():
         return None  # not every element has the same bits
-    return np.asarray(first)
-
-
-def _is(v: SSAValue, value: float, negative_zero: bool | None = None) -> bool:
-    c = _splat(v)
-    if c is None or c.dtype.kind not in "biuf" or c != value:
-        return False
-    if negative_zero is not None and c.dtype.kind == "f":
-        return bool(np.signbit(c)) == negative_zero
-    return True
+    return np.asarray(flat[0])
 
 
 def _float(v: SSAValue) -> bool:
     return TensorSpec.of_type(v.type).dtype.startswith(("float", "bfloat"))
 
 
-def identity_operand(op: Operation) -> SSAValue | None:
+_IDENTITY_OPS = (MultiplyOp, DivideOp, AddOp, SubtractOp, ConvertOp, ReshapeOp, BroadcastInDimOp, TransposeOp)
+
+
+def identity_operand(op: Operation, splats: _Splats) -> SSAValue | None:
     """The operand ``op`` equals for every value of it, if an identity
     applies (its type is the result's)."""
-    result = op.results[0] if len(op.results) == 1 else None
-    if result is None:
+    if not isinstance(op, _IDENTITY_OPS) or len(op.results) != 1:
         return None
+    result = op.results[0]
     found: SSAValue | None = None
     if isinstance(op, MultiplyOp):
         lhs, rhs = op.operands
-        found = lhs if _is(rhs, 1) else rhs if _is(lhs, 1) else None
+        found = lhs if splats.is_(rhs, 1) else rhs if splats.is_(lhs, 1) else None
     elif isinstance(op, DivideOp):
         lhs, rhs = op.operands
-        found = lhs if _is(rhs, 1) else None
+        found = lhs if splats.is_(rhs, 1) else None
     elif isinstance(op, AddOp):
         lhs, rhs = op.operands
         # x + (+0.0) is +0.0 for x = -0.0: only -0.0 is the float identity.
         neg = True if _float(result) else None
-        found = lhs if _is(rhs, 0, neg) else rhs if _is(lhs, 0, neg) else None
+        found = lhs if splats.is_(rhs, 0, neg) else rhs if splats.is_(lhs, 0, neg) else None
     elif isinstance(op, SubtractOp):
         lhs, rhs = op.operands
-        found = lhs if _is(rhs, 0, False if _float(result) else None) else None
+        found = lhs if splats.is_(rhs, 0, False if _float(result) else None) else None
     elif isinstance(op, (ConvertOp, ReshapeOp)):
         found = op.operands[0]
     elif isinstance(op, BroadcastInDimOp):
@@ -130,7 +144,7 @@ def _key(op: Operation) -> Hashable | None:
 
 @dataclass
 class _Simplifier:
-    changed: bool = False
+    splats: _Splats = field(default_factory=_Splats)
 
     def block(self, block: Block, seen: dict) -> None:
         """Identities and CSE over ``block``, in order; ``seen`` holds the
@@ -147,7 +161,7 @@ class _Simplifier:
                 continue
             if not pure(op):
                 continue
-            same = identity_operand(op)
+            same = identity_operand(op, self.splats)
             if same is None:
                 key = _key(op)
                 if key is None:
@@ -162,7 +176,6 @@ class _Simplifier:
             for old, v in zip(op.results, new, strict=True):
                 old.replace_all_uses_with(v)
             block.erase_op(op)
-            self.changed = True
 
 
 def _dead(op: Operation) -> bool:
@@ -211,12 +224,10 @@ class Canonicalize(ModulePass):
     name = "hlo-canonicalize"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for _ in range(8):
-            simplifier = _Simplifier()
-            for func in op.body.block.ops:
-                for region in func.regions:
-                    for block in region.blocks:
-                        simplifier.block(block, {})
-            dead = eliminate_dead_code(op)
-            if not simplifier.changed and not dead:
-                return
+        # One sweep in program order sees every operand already simplified.
+        simplifier = _Simplifier()
+        for func in op.body.block.ops:
+            for region in func.regions:
+                for block in region.blocks:
+                    simplifier.block(block, {})
+        eliminate_dead_code(op)

@@ -40,18 +40,27 @@ a bigger one stays host code rather than grow the module."""
 _CONSTANTS = (ConstantOp, StringConstantOp)
 
 
+_PURE_CLASS: dict[type, bool] = {}
+
+
+def _pure_class(cls: type) -> bool:
+    known = _PURE_CLASS.get(cls)
+    if known is None:
+        known = _PURE_CLASS[cls] = (
+            issubclass(cls, PrimitiveOp)
+            and cls.name.startswith("hlo.")
+            and not cls.SIDE_EFFECTS
+            and not cls.has_trait(IsTerminator)
+            and cls.kernel.__func__ is not PrimitiveOp.kernel.__func__  # type: ignore[attr-defined]
+        )
+    return known
+
+
 def pure(op: Operation) -> bool:
     """Whether ``op`` is an ``hlo`` op without regions or side effects whose
     value only its operands decide (strings included): ``hlo.print``,
     summaries, host-variable updates and infeed are not; they stay."""
-    return (
-        isinstance(op, PrimitiveOp)
-        and op.dialect_name() == "hlo"
-        and not op.regions
-        and not type(op).SIDE_EFFECTS
-        and not op.has_trait(IsTerminator)
-        and type(op).kernel.__func__ is not PrimitiveOp.kernel.__func__  # type: ignore[attr-defined]
-    )
+    return _pure_class(type(op)) and not op.regions
 
 
 def _value_of(op: Operation) -> Any:
