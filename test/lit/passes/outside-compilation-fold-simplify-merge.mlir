@@ -5,6 +5,10 @@
 // cluster that needs no device value joins the cluster it reads from. The
 // inputs are what xtpu.lower(...).as_text() gives for the issue's programs.
 // RUN: xtpu-opt %s --split-input-file -p tpu-pad-dynamic-shapes,tpu-fold-host-constants,hlo-canonicalize,tpu-mark-outside-compilation,tpu-extract-head-tail-outside-compilation,tpu-outline-outside-compilation,tpu-lower-cross-replica-sum,ccl-combine-all-reduce | filecheck %s
+// Without soft placement, a host-only op of constants left on the device is
+// folded before it is judged (TF's bridge also canonicalizes before
+// mark-ops-for-outside-compilation); one on an input is still an error.
+// RUN: xtpu-opt %s --split-input-file --verify-diagnostics -p 'tpu-fold-host-constants,hlo-canonicalize,tpu-mark-outside-compilation{allow-soft-placement=false}' | filecheck %s --check-prefix=NOSOFT
 
 // outside_compilation(computation_with_string_ops, 1): TF's bridge gives
 // Const 11; so does xtpu, with no host function or host replicate.
@@ -151,4 +155,39 @@ func.func @gradient_cluster_joins_the_forward_cluster(%arg0: tensor<2xf32>, %arg
     tpu.yield %21 : tensor<2xf32>
   }
   func.return %0, %1 : tensor<2xf32>, tensor<2xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func @string_constant_parsed_on_the_device
+// CHECK:         %[[C:.*]] = hlo.constant dense<2.500000e+00> : tensor<f32>
+// CHECK-NEXT:    %y = hlo.multiply %x, %[[C]]
+// CHECK-NOT:     hlo.string
+// NOSOFT-LABEL: func @string_constant_parsed_on_the_device
+// NOSOFT-NOT:   cannot run on the device
+// NOSOFT:       hlo.constant dense<2.500000e+00>
+func.func @string_constant_parsed_on_the_device(%a: tensor<f32>) -> tensor<f32> {
+  %r = tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64} {
+    %s = hlo.string_constant ["2.5"] : tensor<!hlo.string> loc("train.py":4:3)
+    %n = hlo.string_to_number %s : (tensor<!hlo.string>) -> tensor<f32> loc("train.py":5:3)
+    %y = hlo.multiply %x, %n : tensor<f32>
+    tpu.yield %y : tensor<f32>
+  }
+  func.return %r : tensor<f32>
+}
+
+// -----
+
+// With soft placement the string ops of the input go to the host (a head).
+// CHECK-LABEL: func @string_of_an_input
+// CHECK:         tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64, placement = "host", tpu.outside_compilation_cluster = "auto0"}
+// CHECK-NEXT:      hlo.string_format "{}"(%x)
+// NOSOFT: 'hlo.string_format' op cannot run on the device (at train.py:9): it has string values; place it in outside_compilation or allow soft placement
+func.func @string_of_an_input(%a: tensor<f32>) -> tensor<f32> {
+  %r = tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64} {
+    %f = hlo.string_format "{}" (%x) summarize = 3 : (tensor<f32>) -> tensor<!hlo.string> loc("train.py":9:3)
+    %n = hlo.string_to_number %f : (tensor<!hlo.string>) -> tensor<f32> loc("train.py":10:3)
+    tpu.yield %n : tensor<f32>
+  }
+  func.return %r : tensor<f32>
 }
