@@ -177,6 +177,14 @@ def _merge_into_producers(block: Block, computable: HostComputable) -> None:
             continue
         index = {o: i for i, o in enumerate(block.ops)}
         a = max(producers, key=lambda o: index[o])
+        # Values the host computes that the device defines between a and b
+        # (a constant made for the gradient, say) move up before a, so that
+        # a's new ops still see their definitions first.
+        computed = [v for v in captured_values(b) if not isinstance(v.owner, OutsideCompilationOp) and computable(v)]
+        for o in computable.chain(list(dict.fromkeys(v for v in computed if not isinstance(v, BlockArgument)))):
+            if o.parent is block and index[o] > index[a]:
+                o.detach()
+                block.insert_op_before(o, a)
         _merge(a, b)
 
 

@@ -342,3 +342,36 @@ func.func @clusters_that_do_not_join(%a: tensor<f32>) -> tensor<f32> {
   }
   func.return %r : tensor<f32>
 }
+
+// -----
+
+// A constant the joining cluster uses, defined between the two clusters,
+// moves up before the merged cluster (its definition still comes first).
+// CHECK-LABEL: func @joining_cluster_with_a_later_constant
+// CHECK:         %d = hlo.negate %x
+// CHECK-NEXT:    %two = hlo.constant dense<2.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %h, %k = tpu.outside_compilation "a" -> (tensor<f32>, tensor<f32>) {
+// CHECK-NEXT:      %e = hlo.exponential %d
+// CHECK-NEXT:      %g = hlo.multiply %e, %two
+// CHECK-NEXT:      tpu.yield %e, %g
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %s = hlo.add %h, %d
+// CHECK-NEXT:    %t = hlo.add %s, %k
+func.func @joining_cluster_with_a_later_constant(%a: tensor<f32>) -> tensor<f32> {
+  %r = tpu.replicate([%a] as %x: tensor<f32>) {n = 1 : i64} {
+    %d = hlo.negate %x : tensor<f32>
+    %h = tpu.outside_compilation "a" -> (tensor<f32>) {
+      %e = hlo.exponential %d : tensor<f32>
+      tpu.yield %e : tensor<f32>
+    }
+    %s = hlo.add %h, %d : tensor<f32>
+    %two = hlo.constant dense<2.000000e+00> : tensor<f32>
+    %k = tpu.outside_compilation "b" -> (tensor<f32>) {
+      %g = hlo.multiply %h, %two : tensor<f32>
+      tpu.yield %g : tensor<f32>
+    }
+    %t = hlo.add %s, %k : tensor<f32>
+    tpu.yield %t : tensor<f32>
+  }
+  func.return %r : tensor<f32>
+}
