@@ -178,18 +178,25 @@ class _Simplifier:
             block.erase_op(op)
 
 
+def _may_raise(op: Operation) -> bool:
+    """Host-only ops (strings) raise on bad values (``hlo.string_to_number``
+    of a non-number); removing one would hide the error eager code raises."""
+    return any(getattr(type(o), "HOST_ONLY", False) for o in walk_ops(op))
+
+
 def _dead(op: Operation) -> bool:
     if not op.results or any(r.uses for r in op.results):
         return False
     if isinstance(op, OutsideCompilationOp) or (op.regions and op.dialect_name() == "hlo"):
-        return not has_side_effects(op)
-    return pure(op)
+        return not has_side_effects(op) and not _may_raise(op)
+    return pure(op) and not _may_raise(op)
 
 
 def eliminate_dead_code(root: Operation) -> bool:
     """Erase the ops whose results nothing uses and that have no side
     effects: pure ``hlo`` ops, ``hlo.if`` / ``hlo.while`` and
-    ``tpu.outside_compilation`` without side effects in them (users before
+    ``tpu.outside_compilation`` without side effects in them; host-only ops
+    (and what holds them) stay, as they may raise (eager code raises too) (users before
     what they use, inner blocks first).  Ops without results stay."""
     changed = False
     for block in reversed([b for o in walk_ops(root) for r in o.regions for b in r.blocks]):  # inner first
@@ -216,7 +223,8 @@ class Canonicalize(ModulePass):
     into the first (CSE), within a block and the regions it dominates, and
     never across a ``tpu.outside_compilation`` boundary (host and device
     values stay where they are).  Last, dead code goes: pure ops, region
-    ops and clusters without side effects whose results nothing uses.
+    ops and clusters without side effects whose results nothing uses, but
+    not host-only ops (a string that does not parse raises, as eagerly).
     TF: ``canonicalize`` and ``cse`` in ``tf-replicated-clustering-bridge-v2``,
     before outside compilation is marked and extracted.
     """
