@@ -751,6 +751,29 @@ def _import_expm1(im, op, xs):
     return im.bind(hlo.SelectOp, [is_one, x, r])
 
 
+def _export_gather(ex, op, xs):
+    """``#stablehlo.gather<...>`` from the op's dimension numbers (the same names)."""
+    p = op.params()
+    nums = [
+        f"{k} = {S.ints(p[k])}"
+        for k in (
+            "offset_dims",
+            "collapsed_slice_dims",
+            "operand_batching_dims",
+            "start_indices_batching_dims",
+            "start_index_map",
+        )
+        if p.get(k)
+    ]
+    nums.append(f"index_vector_dim = {int(p['index_vector_dim'])}")
+    props = {
+        "dimension_numbers": S.dialect_attr("stablehlo.gather", ", ".join(nums)),
+        "slice_sizes": op.properties["slice_sizes"],
+        "indices_are_sorted": BoolAttr(False, i1),
+    }
+    return ex.emit("stablehlo.gather", xs, _result_types(op), props)
+
+
 # ---- the table ------------------------------------------------------------------
 
 _ELEMENTWISE = [
@@ -858,6 +881,11 @@ ENTRIES: list[Entry] = [
         "hlo.set_dimension_size",
         None,
         _refuse("is XLA's dynamic-size op, which StableHLO does not have (export before tpu-pad-dynamic-shapes)"),
+    ),
+    Entry("hlo.gather", "stablehlo.gather", _export_gather),
+    *(
+        Entry(name, None, _refuse("has no export rule yet (it came to xtpu with issue 26 after the table)"))
+        for name in ("hlo.scatter", "hlo.sort", "hlo.variadic_reduce")
     ),
     Entry("tpu.infeed_dequeue_tuple", None, _refuse("reads xtpu's infeed queue, which has no StableHLO form")),
     Entry("tpu.outside_compilation", None, _refuse(_HOST_REASON + "; compile the program first")),
