@@ -296,7 +296,7 @@ def test_soft_placement_off_rejects_host_ops_with_the_source_line():
         return xtpu.strings.to_number(xtpu.strings.format("{}", x))
 
     opts = xtpu.XLAOptions(allow_soft_placement=False)
-    with pytest.raises(Exception, match=r"hlo.string_format.*test_api.py:\d+"):
+    with pytest.raises(ValueError, match=r"hlo.string_format.*test_api.py:\d+"):
         xtpu.replicate(f, [[np.int32(1)]], xla_options=opts)
 
 

@@ -18,9 +18,28 @@ from xtpu.replication.program import default_pipeline
 INPUTS = [[np.float32(1)], [np.float32(2)]]
 
 
-def test_the_library_only_adds_a_null_handler():
-    handlers = logging.getLogger("xtpu").handlers
-    assert any(isinstance(h, logging.NullHandler) for h in handlers)
+HANDLERS_AFTER_A_RUN = """
+import logging, numpy as np, xtpu
+xtpu.replicate(lambda x: xtpu.cross_replica_sum(x * 3.0), [[np.float32(1)], [np.float32(2)]])
+names = ["root"] + sorted(n for n in logging.root.manager.loggerDict if n == "xtpu" or n.startswith("xtpu."))
+for n in names:
+    lg = logging.getLogger(None if n == "root" else n)
+    if isinstance(lg, logging.Logger):
+        print(n, lg.level, [type(h).__name__ for h in lg.handlers])
+"""
+
+
+def test_the_library_only_adds_a_null_handler(monkeypatch):
+    """In a fresh interpreter without XTPU_LOG, after a whole compile and run:
+    the ``xtpu`` logger has exactly one handler, a NullHandler, and no level
+    of its own; no other logger got a handler (issue 25: any extra handler
+    used to pass)."""
+    monkeypatch.delenv("XTPU_LOG", raising=False)
+    proc = subprocess.run([sys.executable, "-c", HANDLERS_AFTER_A_RUN], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert rows.pop("root") == "30 []" and rows.pop("xtpu") == "0 ['NullHandler']"
+    assert rows and all(row == "0 []" for row in rows.values()), rows
 
 
 def test_trace_compile_cache_and_pass_events_carry_their_times(caplog, monkeypatch):

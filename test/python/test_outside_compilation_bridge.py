@@ -152,7 +152,7 @@ def test_control_flow_capturing_a_string_moves_to_the_host_whole():
 
 def test_without_soft_placement_the_error_names_the_captured_string():
     with pytest.raises(
-        Exception, match=r"'hlo.if' op cannot run on the device .*its regions use a string value defined outside it"
+        ValueError, match=r"'hlo.if' op cannot run on the device .*its regions use a string value defined outside it"
     ):
         xtpu.replicate(
             if_captured_string_input,

@@ -28,6 +28,7 @@ from xtpu.runtime.workers import (
 )
 
 NS = [1, 2, 4, 8]
+SLACK = 1.5  # scheduling slack on a loaded 2-core machine (seconds), as test_fault_injection uses
 
 
 def run_all(n, body, timeout=5.0, **kw):
@@ -317,7 +318,7 @@ def test_missing_participant_times_out_naming_it():
     with pytest.raises(RuntimeTimeoutError) as info:
         run_all(4, body, timeout=timeout)
     elapsed = time.monotonic() - t0
-    assert elapsed < timeout + 1.0
+    assert elapsed < timeout + SLACK
     msg = str(info.value)
     assert "timed out after 0.3 s in ccl.all_reduce" in msg
     assert "replicas [2, 3] of group [0, 1, 2, 3] never arrived" in msg
@@ -341,7 +342,7 @@ def test_every_waiting_participant_times_out():
         t.start()
     for t in threads:
         t.join(5)
-    assert time.monotonic() - t0 < 1.3
+    assert time.monotonic() - t0 < 0.3 + SLACK
     assert sorted(e.replica for e in errors) == [0, 1]
     assert all("replicas [2] of group [0, 1, 2] never arrived" in str(e) for e in errors)
 
@@ -351,7 +352,7 @@ def test_channel_timeout_names_key_and_replica():
     t0 = time.monotonic()
     with pytest.raises(RuntimeTimeoutError) as info:
         table.recv("host_compute_channel_0_retvals", 1)
-    assert time.monotonic() - t0 < 1.3
+    assert time.monotonic() - t0 < 0.3 + SLACK
     assert str(info.value) == ("no message on channel 'host_compute_channel_0_retvals' for replica 1 after 0.3 s")
     assert info.value.replica == 1
     assert info.value.key == "host_compute_channel_0_retvals"
@@ -393,7 +394,7 @@ def test_abort_wakes_channel_and_collective_waiters_promptly():
     for t, box in waiters:
         t.join(2)
         assert not t.is_alive()
-        assert box["elapsed"] < 1.0
+        assert box["elapsed"] < SLACK  # woken by the abort, not by the 10 s timeout
     for _t, box in waiters[:3]:
         assert isinstance(box["error"], Aborted) and box["error"].reason is boom
     # after an abort every new wait fails at once too
@@ -448,7 +449,7 @@ def test_channel_close_drains_then_raises_closed():
     time.sleep(0.05)
     table.close_all()
     t.join(2)
-    assert isinstance(box["error"], ChannelClosed) and box["elapsed"] < 1.0
+    assert isinstance(box["error"], ChannelClosed) and box["elapsed"] < SLACK
     with pytest.raises(ChannelClosed):  # channels first used after close_all
         table.recv("never_used", 5)
     assert not issubclass(ChannelClosed, XtpuRuntimeError)
@@ -482,7 +483,7 @@ def test_run_workers_wraps_first_error_and_wakes_blocked_tasks():
     t0 = time.monotonic()
     with pytest.raises(XtpuRuntimeError, match=r"^device replica 0: ValueError: boom$") as info:
         run_workers(tasks, sig)
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 0.05 + SLACK  # not the 30 s timeout
     assert isinstance(info.value.__cause__, ValueError)
     assert sig.is_set and isinstance(sig.exception, ValueError)
     with pytest.raises(Aborted):  # must be reset before the next run
@@ -553,7 +554,7 @@ def test_run_workers_abandons_a_task_that_ignores_the_abort():
             eager_threads=1,
             describe=describe,
         )
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 0.2 + 0.1 + SLACK
     assert (info.value.replica, info.value.op) == (0, "stuck")
     sig.reset()
     release.set()  # the abandoned task raises now
@@ -564,8 +565,32 @@ def test_run_workers_abandons_a_task_that_ignores_the_abort():
     assert run_workers([("d", lambda: 4)], sig) == [4]
 
 
-def test_will_block_outside_run_workers_is_a_noop():
+def test_will_block_outside_run_workers_is_a_noop(monkeypatch):
+    """Outside run_workers there is no call whose tasks could wait: will_block
+    starts no runner (issue 25: the test used to assert nothing)."""
+    from xtpu.runtime import workers
+
+    started = []
+    monkeypatch.setattr(workers, "_start", lambda job: started.append(job))
+    threads, spawned = threading.active_count(), pool_size()
     will_block()
+    will_block()
+    assert started == [] and pool_size() == spawned and threading.active_count() == threads
+
+    # The same call inside a task with a task still pending does start a runner
+    # (so the check above is the one that can fail).
+    sig = AbortSignal()
+    monkeypatch.undo()
+    gate = threading.Event()
+
+    def first():
+        monkeypatch.setattr(workers, "_start", lambda job: (started.append(job), gate.set()))
+        will_block()
+        monkeypatch.undo()
+        return 1
+
+    run_workers([("a", first), ("b", lambda: 2)], sig, eager_threads=1)
+    assert started and gate.is_set()
 
 
 # -- MPI -----------------------------------------------------------------------------------------

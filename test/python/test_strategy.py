@@ -486,7 +486,13 @@ def test_host_variable_update_op_round_trips():
     ctx.load_dialect(Test)
     module = Parser(ctx, "builtin.module {" + text + "}").parse_module()
     module.verify()
-    assert 'hlo.host_variable_update "v#1" "add"' in str(module)
+    printed = str(module)
+    assert 'hlo.host_variable_update "v#1" "add"(%0 : tensor<2xf32>) : tensor<2xf32>' in printed
+    assert 'hlo.host_variable_update "v#1" "read" : tensor<2xf32>' in printed
+    # The printed form parses back to the same module (a round trip, issue 25).
+    again = Parser(ctx, printed).parse_module()
+    again.verify()
+    assert str(again) == printed and again.is_structurally_equivalent(module)
 
 
 def test_host_variable_read_by_the_device_is_sent_by_the_host(s4):

@@ -18,12 +18,12 @@ def _check_against_numpy(h, values, buckets):
     assert h.num == values.size and h.min == values.min() and h.max == values.max()
     assert h.sum == pytest.approx(values.sum()) and h.sum_squares == pytest.approx(values @ values)
     counts, edges = np.histogram(values, bins=buckets)
-    # TensorBoard's proto keeps the right edges of the occupied range (and
-    # one empty bucket on its left): the counts are numpy's, in order.
-    got = [c for c in h.bucket if c]
-    assert got == [c for c in counts.tolist() if c]
-    assert sum(h.bucket) == values.size
-    assert h.bucket_limit[-1] == pytest.approx(edges[-1])
+    # TensorBoard's HistogramProto keeps each bucket's right edge: numpy's
+    # counts after one empty bucket whose right edge is numpy's first (left)
+    # edge; every count and every edge is numpy's (issue 25: only the non-zero
+    # counts and the last edge used to be compared).
+    assert list(h.bucket) == [0.0] + counts.tolist()
+    np.testing.assert_allclose(list(h.bucket_limit), edges, rtol=1e-12, atol=1e-12)
 
 
 def test_eager_histogram_is_numpys(logdir):

@@ -179,9 +179,27 @@ def test_xtpu_run_names_the_nearest_pass(seed_module, tmp_path, capsys):
     )
 
 
-def test_xtpu_opt_accepts_xdsl_passes_with_options(seed_module):
-    proc = _tool("opt", seed_module, "-p", "cse,tpu-mark-outside-compilation{allow-soft-placement=false}")
-    assert proc.returncode == 0, proc.stderr
+def _twice_and_print(x):
+    a = x + 1.0
+    b = x + 1.0  # the same value again: cse merges it
+    xtpu.print(a)  # a host-only op on the device: the option decides
+    return a * b
+
+
+def test_xtpu_opt_accepts_xdsl_passes_with_options(tmp_path):
+    """xDSL's cse and an xtpu pass's option, each with a visible effect on the
+    module (issue 25: the module used to have nothing for either to do)."""
+    x = np.array([1.0, 2.0], np.float32)
+    path = tmp_path / "twice.mlir"
+    path.write_text(xtpu.lower(_twice_and_print, [[x]]).as_text())
+    assert path.read_text().count("hlo.add") == 2
+    soft = _tool("opt", path, "-p", "cse,tpu-mark-outside-compilation{allow-soft-placement=true}")
+    assert soft.returncode == 0, soft.stderr
+    assert soft.stdout.count("hlo.add") == 1 and "hlo.multiply %3, %3" in soft.stdout  # cse ran
+    assert 'tpu.outside_compilation "auto0"' in soft.stdout  # soft placement moved the print to the host
+    strict = _tool("opt", path, "-p", "cse,tpu-mark-outside-compilation{allow-soft-placement=false}")
+    assert strict.returncode == 1 and "Traceback" not in strict.stderr
+    assert "'hlo.print' op cannot run on the device" in strict.stderr
 
 
 REPLICATE_N = """func.func @main(%a: tensor<f32>, %b: tensor<f32>) -> (tensor<f32>, tensor<f32>) {

@@ -78,10 +78,13 @@ func.func @zero_size_slice_and_pad(%a: tensor<8x4xf32>, %b: tensor<0x4xf32>) -> 
 // A concatenation whose result is zero-size along the split dimension
 // ([1, 0] x 2 along dim 1, tiled [1, 2]; found by the fuzzer: an
 // AssertionError, no window had anything to assemble): the empty tiles
-// concatenate locally, nothing moves.
+// concatenate locally, nothing moves.  The partitioned op has no
+// tpu.sharding left (the unpartitioned one keeps it: without the pass this
+// case fails).
 // CHECK-LABEL: func @zero_size_concat_split_dim
-// CHECK:         %c = hlo.concatenate
-// CHECK-SAME:      (tensor<1x0xf32>, tensor<1x0xf32>) -> tensor<1x0xf32>
+// CHECK:         as %x: tensor<1x0xf32>)
+// CHECK-NEXT:      %c = hlo.concatenate %x, %x dim = 1 : (tensor<1x0xf32>, tensor<1x0xf32>) -> tensor<1x0xf32>
+// CHECK-NEXT:      tpu.yield %c : tensor<1x0xf32>
 // CHECK-NOT:     ccl.
 func.func @zero_size_concat_split_dim(%a: tensor<1x0xf32>) -> tensor<1x0xf32> {
   %r = tpu.replicate([%a] as %x: tensor<1x0xf32>) {n = 1 : i64, num_cores_per_replica = 2 : i64, tpu.input_shardings = [#tpu.sharding<{devices=[1,2]0,1}>], tpu.output_shardings = [#tpu.sharding<{devices=[1,2]0,1}>]} {
