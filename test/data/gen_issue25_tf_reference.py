@@ -73,7 +73,11 @@ def item3():
     out = f()
     traces = f.experimental_get_tracing_count()
     f()
-    return {"local_results": local(s2, out), "traces_after_two_calls": f.experimental_get_tracing_count(), "traces_after_one": traces}
+    return {
+        "local_results": local(s2, out),
+        "traces_after_two_calls": f.experimental_get_tracing_count(),
+        "traces_after_one": traces,
+    }
 
 
 ref["3_function_running_two_strategies"] = outcome(item3)
@@ -171,8 +175,12 @@ def item9():
     with s.scope():
         v = tf.Variable(1.0)
     return {
-        "no_variables": outcome(lambda: tpu_strategy._maybe_partial_apply_variables(lambda x: x, (1.0, 2.0), {}) and None),
-        "with_variable": outcome(lambda: tpu_strategy._maybe_partial_apply_variables(lambda x: x, (v, 2.0), {}) and None),
+        "no_variables": outcome(
+            lambda: tpu_strategy._maybe_partial_apply_variables(lambda x: x, (1.0, 2.0), {}) and None
+        ),
+        "with_variable": outcome(
+            lambda: tpu_strategy._maybe_partial_apply_variables(lambda x: x, (v, 2.0), {}) and None
+        ),
         "mirrored_strategy": outcome(lambda: s.run(lambda x: x, args=(1.0, 2.0))),
     }
 
