@@ -130,6 +130,14 @@ class CollectiveOp(PrimitiveOp):
             raise ShapeError(f"{cls.name} needs a numeric tensor, got {s}")
         return s
 
+    @classmethod
+    def _reduction(cls, s: TensorSpec, computation: str) -> None:
+        """StableHLO's ``and`` / ``or`` take integer (bitwise) or boolean
+        operands only (spec: and, or); the runtime reduces with numpy's
+        bitwise_and / bitwise_or, which have no float loop."""
+        if computation in ("and", "or") and s.dtype not in ("int32", "int64", "bool"):
+            raise ShapeError(f"{cls.name} applies {computation} to integer or boolean tensors only, got {s}")
+
 
 @irdl_op_definition
 class AllReduceOp(CollectiveOp):
@@ -153,8 +161,9 @@ class AllReduceOp(CollectiveOp):
     }
 
     @classmethod
-    def infer(cls, specs, replica_groups=None, **_):
+    def infer(cls, specs, replica_groups=None, computation="add", **_):
         s = cls._operand(specs)
+        cls._reduction(s, computation)
         cls._groups(replica_groups)
         return [s]
 
@@ -259,8 +268,9 @@ class ReduceScatterOp(CollectiveOp):
     }
 
     @classmethod
-    def infer(cls, specs, replica_groups=None, scatter_dimension=0, **_):
+    def infer(cls, specs, replica_groups=None, scatter_dimension=0, computation="add", **_):
         s = cls._operand(specs)
+        cls._reduction(s, computation)
         g = cls._groups(replica_groups)
         if not 0 <= scatter_dimension < s.rank:
             raise ShapeError(f"scatter_dimension {scatter_dimension} out of range for {s}")

@@ -67,8 +67,13 @@ REDUCTIONS = {
     "mul": np.multiply,
     "max": np.maximum,
     "min": np.minimum,
+    # StableHLO's and/or: bitwise on integers, logical on booleans (the ccl
+    # verifier refuses them on floats).
+    "and": np.bitwise_and,
+    "or": np.bitwise_or,
 }
-"""Reduction names accepted by ``all_reduce`` / ``reduce_scatter``."""
+"""Reduction names accepted by ``all_reduce`` / ``reduce_scatter`` (every
+kind ``hlo.reduction`` parses)."""
 
 
 # ---------------------------------------------------------------------------

@@ -178,3 +178,21 @@ func.func @all_to_all_in_a_host_function(%x: tensor<4xf32>) attributes {tpu.outs
   %0 = ccl.all_to_all %x split = 0 concat = 0 groups = dense<[[0]]> : tensor<1x1xi64> : (tensor<4xf32>) -> tensor<4xf32>
   func.return
 }
+
+// -----
+
+// StableHLO's and/or take integers or booleans (issue 25: a float all_reduce
+// applying them verified, and no runtime kernel could run it).
+// CHECK: 'ccl.all_reduce' op applies and to integer or boolean tensors only, got float32[4]
+func.func @all_reduce_and_of_floats(%x: tensor<4xf32>) {
+  %0 = ccl.all_reduce %x applies and groups = dense<[[0, 1]]> : tensor<1x2xi64> : tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: 'ccl.reduce_scatter' op applies or to integer or boolean tensors only, got float64[4]
+func.func @reduce_scatter_or_of_floats(%x: tensor<4xf64>) {
+  %0 = ccl.reduce_scatter %x applies or dim = 0 groups = dense<[[0, 1]]> : tensor<1x2xi64> : (tensor<4xf64>) -> tensor<2xf64>
+  func.return
+}
