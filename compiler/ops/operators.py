@@ -30,6 +30,10 @@ _REFLECTED = {
     np.greater_equal: "__le__",
     np.equal: "__eq__",
     np.not_equal: "__ne__",
+    # `ndarray | t` and `ndarray & t` (numpy's bitwise ufuncs; TF's Tensor
+    # `__ror__` / `__rand__`: logical on bools, bitwise on integers).
+    np.bitwise_and: "__rand__",
+    np.bitwise_or: "__ror__",
 }
 
 
@@ -105,6 +109,8 @@ def _install() -> None:
         "__ne__": lambda a, b: m.not_equal(a, b),
         "__and__": lambda a, b: m.logical_and(a, b),
         "__or__": lambda a, b: m.logical_or(a, b),
+        "__rand__": lambda a, b: m.logical_and(b, a),
+        "__ror__": lambda a, b: m.logical_or(b, a),
         "__invert__": lambda a: m.logical_not(a),
         "__getitem__": lambda a, k: array_ops.getitem(a, k),
         "__floordiv__": lambda a, b: more_math_ops.floordiv(a, b),
