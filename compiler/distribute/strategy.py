@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -326,13 +327,21 @@ class TowerContext(ReplicaContext):
 
 
 _default_strategy = None
+_default_strategy_lock = threading.Lock()
 
 
 def _get_default_strategy() -> TPUStrategy:
+    """The one default strategy of the process, made by the first caller;
+    threads that ask at once get the same one (issue 25: two could be made,
+    and a variable of one was then refused by the other)."""
     global _default_strategy
-    if _default_strategy is None:
-        _default_strategy = TPUStrategy(TPUClusterResolver(num_cores=1))
-    return _default_strategy
+    strategy = _default_strategy
+    if strategy is None:
+        with _default_strategy_lock:
+            if _default_strategy is None:
+                _default_strategy = TPUStrategy(TPUClusterResolver(num_cores=1))
+            strategy = _default_strategy
+    return strategy
 
 
 def get_replica_context() -> ReplicaContext | None:

@@ -9,7 +9,6 @@ import json
 import pathlib
 
 import numpy as np
-import pytest
 
 import xtpu
 
