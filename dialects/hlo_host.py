@@ -253,4 +253,39 @@ class SummaryScalarOp(PrimitiveOp):
         return run
 
 
-HOST_OPS = [StringConstantOp, StringFormatOp, StringToNumberOp, PrintOp, SummaryScalarOp]
+@irdl_op_definition
+class SummaryFlushOp(PrimitiveOp):
+    """Write the buffered events of ``logdir``'s writer to disk (TF 2's
+    ``FlushSummaryWriter`` op, which the exit of ``writer.as_default()``
+    adds to a traced function: summary_ops_v2.py ``_SummaryContextManager``).
+
+    Properties: ``logdir``, a non-empty string.  No operands, no results.
+    A directory with no open writer is left alone (the kernel calls
+    :func:`xtpu.dialects.summaries.flush`).
+    """
+
+    name = "hlo.summary_flush"
+    logdir = prop_def(StringAttr)
+    assembly_format = "$logdir attr-dict"
+    PARAMS: ClassVar = {"logdir": StrParam()}
+    HOST_ONLY: ClassVar = True
+    SIDE_EFFECTS: ClassVar = True
+    NOT_DIFFERENTIABLE: ClassVar = True
+
+    @classmethod
+    def infer(cls, specs, logdir="", **_):
+        if specs:
+            raise ShapeError(f"hlo.summary_flush takes no operands, got {len(specs)}")
+        if not logdir:
+            raise ShapeError("hlo.summary_flush logdir must not be empty")
+        return []
+
+    @classmethod
+    def kernel(cls, logdir, **_):
+        def run():
+            _summaries.flush(logdir)
+
+        return run
+
+
+HOST_OPS = [StringConstantOp, StringFormatOp, StringToNumberOp, PrintOp, SummaryScalarOp, SummaryFlushOp]

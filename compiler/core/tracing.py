@@ -23,7 +23,7 @@ from xtpu.core.locations import format_location, is_user_frame, user_location
 from xtpu.core.recording import recording_tapes
 from xtpu.core.recording import tape_state as _tape_state
 from xtpu.dialects import DIALECTS, vjp_util
-from xtpu.dialects.hlo import ConstantOp
+from xtpu.dialects.hlo import ConcatenateOp, ConstantOp, ReshapeOp
 from xtpu.dialects.hlo_host import StringConstantOp
 from xtpu.dialects.primitive import PrimitiveOp, ShapeError
 from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy, np_kind, numpy_dtype
@@ -287,6 +287,8 @@ def convert(value: Any, dtype: str | None = None) -> Any:
         if dtype is not None and value.dtype != dtype:
             raise TypeError(f"expected a {dtype} tensor, got a {value.dtype} tensor")
         return value
+    if isinstance(value, (list, tuple)) and _holds_tensor(value):
+        return _pack(value, dtype)
     arr = to_numpy(value, dtype)
     tr = current_trace()
     if tr is None:
@@ -295,6 +297,50 @@ def convert(value: Any, dtype: str | None = None) -> Any:
             return arr.view(EagerTensor)
         return arr
     return tr.constant(arr)
+
+
+def _holds_tensor(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensor(v) for v in value)
+    return isinstance(read_if_variable(value), Tensor)
+
+
+def _first_tensor_dtype(value: Any) -> str | None:
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            d = _first_tensor_dtype(v)
+            if d is not None:
+                return d
+        return None
+    v = read_if_variable(value)
+    return v.dtype if isinstance(v, Tensor) else None
+
+
+def _pack(value: list | tuple, dtype: str | None) -> Any:
+    """A (nested) list holding traced tensors as one tensor, stacked along a
+    new first axis (TF's ``convert_to_tensor`` autopacking,
+    array_ops._autopacking_helper): Python numbers take the tensors' dtype.
+
+    Raises:
+      ValueError: the elements' shapes differ (TF's message names them).
+      TypeError: the elements' dtypes differ.
+    """
+    dtype = dtype or _first_tensor_dtype(value)
+    parts = [convert(v, dtype) for v in value]
+    shapes = {tuple(p.shape) for p in parts}
+    if len(shapes) != 1:
+        raise ValueError(f"cannot pack a list of tensors of different shapes {[tuple(p.shape) for p in parts]}")
+    (shape,) = shapes
+    rows = []
+    for p in parts:
+        if not isinstance(p, Tensor):
+            p = current_trace().constant(np.asarray(p))
+        (row,) = bind(ReshapeOp, [p], shape=(1, *shape))
+        rows.append(row)
+    if len(rows) == 1:
+        return rows[0]
+    (out,) = bind(ConcatenateOp, rows, dimension=0)
+    return out
 
 
 def bind(op_cls: type[PrimitiveOp], operands: Sequence[Any], **params: Any) -> list[Any]:

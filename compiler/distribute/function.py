@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -46,7 +47,7 @@ import numpy as np
 
 from xtpu.core import pytree
 from xtpu.core.eager import as_eager_tensor
-from xtpu.core.tracing import Tensor, current_trace, recording_tapes, to_numpy, trace_stack
+from xtpu.core.tracing import Tensor, convert, current_trace, recording_tapes, to_numpy, trace_stack
 from xtpu.dialects.tensor_spec import TensorSpec as _StaticSpec
 from xtpu.dialects.tensor_spec import dtype_of_numpy, np_kind
 from xtpu.distribute.context import (
@@ -71,6 +72,17 @@ logger = logging.getLogger("xtpu")
 #: (``polymorphic_function._FREQUENT_TRACING_WARNING_THRESHOLD``).
 FREQUENT_TRACING_WARNING_THRESHOLD = 5
 
+#: Past this many traces an ``xtpu.function`` raises instead of tracing again
+#: (TF only warns; a function that keeps retracing compiles a program each
+#: call and keeps them all, issue 25).  ``$XTPU_MAX_TRACES`` overrides it.
+MAX_TRACES = 32
+
+
+def max_traces() -> int:
+    """The trace limit: ``$XTPU_MAX_TRACES`` when set, else :data:`MAX_TRACES`."""
+    value = os.environ.get("XTPU_MAX_TRACES", "").strip()
+    return int(value) if value else MAX_TRACES
+
 
 # --------------------------------------------------------------------------
 # TensorSpec
@@ -91,6 +103,8 @@ class TensorSpec:
     """
 
     def __init__(self, shape: Any, dtype: Any = "float32", name: str | None = None):
+        if isinstance(shape, (int, np.integer)):
+            shape = (shape,)  # TF's TensorShape(1) is the rank-1 shape [1]
         self.shape = None if shape is None else tuple(None if d is None else int(d) for d in shape)
         self.dtype = dtype_name(dtype)
         self.name = name
@@ -175,6 +189,10 @@ class _FunctionTrace:
     #: per-replica input arrays of the batches taken while tracing
     pulled: list = field(default_factory=list)
     in_run: bool = False
+    #: the strategy is the default one, chosen because the function named
+    #: none: a mirrored variable it uses makes it trace for that variable's
+    #: strategy (TF enters the variable's strategy in cross-replica context)
+    implicit_strategy: bool = False
     #: iterator leaf index -> elements an abandoned trace of this call took
     #: (a retrace for optimizer slots or another strategy takes them again)
     replay: dict = field(default_factory=dict)
@@ -261,6 +279,11 @@ def run_in_function(strategy: Any, fn: Callable, args: tuple, kwargs: dict) -> A
                 "strategy.run inside xtpu.function got a PerReplica of concrete values; pass it as an "
                 "argument of the function instead, so that it becomes a program input"
             )
+        if _is_number(x):
+            # TF's TPUStrategy converts the replica inputs to tensors
+            # (tpu.replicate: ops.convert_to_tensor), as strategy.run does
+            # outside a function here (issue 25).
+            return convert(x)
         return x
 
     is_leaf = lambda x: isinstance(x, PerReplica)  # noqa: E731
@@ -275,10 +298,24 @@ def run_in_function(strategy: Any, fn: Callable, args: tuple, kwargs: dict) -> A
         state.in_merge = True
         if ft is not None:
             ft.in_run = False
+    # TF converts the replica outputs to tensors as well (tpu.replicate): a
+    # Python number returned by fn is a per-replica value too.
+    # A returned variable is the replica's value of it.
+    is_out_leaf = lambda x: isinstance(x, (PerReplica, Variable))  # noqa: E731
+    out = pytree.unflatten(
+        *_swap(
+            pytree.flatten(out, is_out_leaf), lambda x: convert(x) if _is_number(x) or isinstance(x, Variable) else x
+        )
+    )
     if n == 1:
         return out
     wrap = lambda x: _TracedPerReplica(x, n) if isinstance(x, Tensor) else x  # noqa: E731
     return pytree.unflatten(*_swap(pytree.flatten(out, is_leaf), wrap))
+
+
+def _is_number(x: Any) -> bool:
+    """A Python or numpy number or array (what TF converts to a tensor)."""
+    return isinstance(x, (bool, int, float, np.generic)) or (isinstance(x, np.ndarray) and x.dtype.kind in "biuf")
 
 
 def _swap(flat: tuple[list, Any], fn: Callable) -> tuple[Any, list]:
@@ -574,6 +611,12 @@ class Function:
         """
         if not args and not kwargs and self.input_signature is not None:
             args = tuple(self.input_signature)
+        # A traced tensor (get_concrete_function called inside another
+        # xtpu.function or computation) stands for its spec, as TF traces a
+        # symbolic tensor's TensorSpec; calling the result there inlines it.
+        spec = lambda x: TensorSpec.from_tensor(x) if isinstance(x, Tensor) else x  # noqa: E731
+        args = pytree.unflatten(*_swap(pytree.flatten(tuple(args), _is_leaf), spec))
+        kwargs = pytree.unflatten(*_swap(pytree.flatten(dict(kwargs), _is_leaf), spec))
         return self._concrete_for(args, kwargs, pulls_now=False)[0]
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
@@ -713,18 +756,39 @@ class Function:
         self._check_signature(args, kwargs)
         leaves, td = pytree.flatten((tuple(args), dict(kwargs)), _is_leaf)
         strategy = self._find_strategy()
+        implicit = self._strategy_ref is None and strategy is default_strategy()
         replay: dict = {}
+        tried = [] if implicit else [strategy]
         while True:
             key = self._key(leaves, td, strategy)
             concrete = self._concrete.get(key)
             if concrete is not None:
                 self._last_key = key
                 return concrete, self._flat_inputs(concrete, leaves, pulls_now)
+            limit = max_traces()
+            if self._tracing_count >= limit:
+                raise RuntimeError(
+                    f"xtpu.function '{self.__name__}' has been traced {self._tracing_count} times, the limit "
+                    f"($XTPU_MAX_TRACES, default {MAX_TRACES}); it would trace again because "
+                    f"{self._what_changed(key)}. Pass tensors of one shape and dtype (not Python values), give an "
+                    "input_signature, or create the function once outside the loop (TF warns of frequent retracing)"
+                )
             try:
-                concrete, pulled = self._trace(leaves, td, strategy, key, pulls_now, replay)
+                concrete, pulled = self._trace(leaves, td, strategy, key, pulls_now, replay, implicit)
             except UseStrategy as e:
+                if any(e.strategy is s for s in tried):
+                    # Two strategies each asking for the program (strategy.run
+                    # of both in one function): tracing again would alternate
+                    # forever (issue 25).
+                    raise ValueError(
+                        f"xtpu.function '{self.__name__}' calls strategy.run of more than one strategy "
+                        f"({', '.join(map(repr, tried))}); one xtpu.function's program runs the replicas of one "
+                        "strategy: call each strategy's run from its own xtpu.function"
+                    ) from None
+                tried.append(e.strategy)
                 replay = e.replay
                 strategy = e.strategy
+                implicit = False
                 self._strategy_ref = weakref.ref(strategy)
                 continue
             self._tracing_count += 1
@@ -744,7 +808,9 @@ class Function:
                 )
             return concrete, self._flat_inputs(concrete, leaves, pulls_now, pulled)
 
-    def _trace(self, leaves: list, td: Any, strategy: Any, key: tuple, pulls_now: bool, replay: dict):
+    def _trace(
+        self, leaves: list, td: Any, strategy: Any, key: tuple, pulls_now: bool, replay: dict, implicit: bool = False
+    ):
         """Trace for these argument leaves; returns the concrete function and
         the per-replica inputs of the batches taken while tracing."""
         while True:
@@ -758,7 +824,7 @@ class Function:
                 if k[0] in ("tensor", "per_replica"):
                     specs.append(k[1])
             specs += [_StaticSpec(tuple(v._value.shape), dtype_of_numpy(v._value.dtype)) for v in variables]
-            ft = _FunctionTrace(self.__name__, strategy, n, replay=replay)
+            ft = _FunctionTrace(self.__name__, strategy, n, replay=replay, implicit_strategy=implicit)
             out_info: dict = {}
             computation = self._computation(leaves, td, kinds, variables, ft, out_info)
             flat_td = pytree.flatten(tuple(range(len(specs))))[1]
@@ -812,6 +878,16 @@ class Function:
                 raise _ManageHostVariable(var)
 
             state.manage_host_variable = manage_host_variable
+
+            def adopt_strategy(other):
+                # A mirrored variable of ``other`` used in the function body
+                # while the function runs the default strategy only because it
+                # named none: trace for ``other`` (every copy is then updated
+                # in the cross-replica context, as TF's MirroredVariable is).
+                if ft.implicit_strategy and not ft.in_run and other is not ft.strategy:
+                    raise UseStrategy(other)
+
+            state.adopt_strategy = adopt_strategy
             k = sum(kd in ("tensor", "per_replica") for kd in kinds)
             state.current = dict(zip(variables, flat[k:]))
             it = iter(flat[:k])

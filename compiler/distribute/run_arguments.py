@@ -32,17 +32,18 @@ def partial_apply_variables(fn: Callable, args: tuple, kwargs: dict, cache: dict
 
     Raises:
       ValueError: a variable passed to ``*args`` or to a positional-only
-        parameter, too many positional arguments (TF's messages).
+        parameter, too many positional arguments, with or without variables
+        (TF's messages, tpu_strategy.py).
     """
     kwargs = dict(kwargs or {})
+    args = tuple(args)
     var_kwargs = {k: v for k, v in kwargs.items() if _is_variable(v)}
-    if not var_kwargs and not any(_is_variable(a) for a in args):
-        return fn, tuple(args), kwargs
+    has_variables = bool(var_kwargs) or any(_is_variable(a) for a in args)
     nonvar_kwargs = {k: v for k, v in kwargs.items() if k not in var_kwargs}
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
-        return fn, tuple(args), kwargs
+        return fn, args, kwargs
     names, star_index = [], None
     for i, p in enumerate(params):
         if p.kind == p.POSITIONAL_OR_KEYWORD:
@@ -50,6 +51,8 @@ def partial_apply_variables(fn: Callable, args: tuple, kwargs: dict, cache: dict
         elif p.kind == p.VAR_POSITIONAL:
             star_index = i
         elif p.kind == p.POSITIONAL_ONLY:
+            if not has_variables:
+                return fn, args, kwargs  # TF returns here too: nothing to bind, no count check
             raise ValueError(
                 "Mixing Variables and positional-only parameters not supported by TPUStrategy. Received "
                 f"{len(var_kwargs)} DistributedVariables in **kwargs and {sum(_is_variable(a) for a in args)} in "
@@ -74,8 +77,11 @@ def partial_apply_variables(fn: Callable, args: tuple, kwargs: dict, cache: dict
             star_args.append(a)
             continue
         if len(names) <= i:
+            # Also without variables (TF checks every argument; issue 25).
             raise ValueError("Too many positional arguments passed to call to TPUStrategy.run().")
         (var_kwargs if _is_variable(a) else nonvar_kwargs)[names[i]] = a
+    if not var_kwargs:
+        return fn, args, kwargs
     key = (fn, tuple(sorted((k, id(v)) for k, v in var_kwargs.items())))
     bound = cache.get(key)
     if bound is None:

@@ -62,7 +62,7 @@ from xtpu.distribute.values import (
     VariableAggregation,
     as_aggregation,
 )
-from xtpu.distribute.variables import Variable
+from xtpu.distribute.variables import ReplicaComponent, Variable
 from xtpu.ops.array_ops import concat, replica_id, reshape
 from xtpu.ops.control_flow import while_loop
 from xtpu.ops.math_ops import reduce_sum
@@ -831,8 +831,9 @@ class TPUStrategy:
         """The values of ``value`` on this host's replicas, as a tuple (TF 2's
         ``StrategyExtendedV2._local_results``, which TPUStrategy inherits):
         a PerReplica's values; a mirrored variable's components, one per copy
-        (here each copy's value, a numpy array; TF gives the component
-        variables); a nested structure (tuple, list, dict) one structure per
+        (:class:`xtpu.variables.ReplicaComponent`: TF's component variables,
+        with ``read_value``, ``assign`` and the ``device`` of the replica's
+        core); a nested structure (tuple, list, dict) one structure per
         worker device, each PerReplica or variable in it replaced by the
         replica's component and any other leaf kept; anything else
         ``(value,)``.  Inside a replicated computation a variable stands for
@@ -842,7 +843,7 @@ class TPUStrategy:
             if isinstance(x, PerReplica):
                 return x.values[i]
             if isinstance(x, Variable) and x.mirrored and current_trace() is None:
-                return np.array(x._copy(i))
+                return ReplicaComponent(x, i)
             return x
 
         if isinstance(value, PerReplica):
@@ -1000,6 +1001,16 @@ def _stack_steps(vals: list[Any], n: int) -> Any:
     return np.stack([np.asarray(v) for v in vals])
 
 
+def _read_returned_variables(out: Any) -> Any:
+    """A variable the replica function returns is its value in that replica
+    (TF's tpu.replicate converts the outputs to tensors), read while the
+    step's variables are the program's."""
+    leaves, tree = pytree.flatten(out, is_leaf=lambda x: isinstance(x, Variable))
+    if not any(isinstance(x, Variable) for x in leaves):
+        return out
+    return pytree.unflatten(tree, [x.read_value() if isinstance(x, Variable) else x for x in leaves])
+
+
 def _make_wrapper(strategy: TPUStrategy, fn: Callable, tree, struct, stacked_flags, variables, steps):
     """The replicated computation ``run`` traces: fn's step (in a device loop
     for steps_per_run > 1) with the variables as extra inputs and outputs."""
@@ -1037,7 +1048,7 @@ def _make_wrapper(strategy: TPUStrategy, fn: Callable, tree, struct, stacked_fla
             def one_step(vv, step):
                 state.current = dict(zip(variables, vv))
                 a, kw = step_args(flat_args, step)
-                out = fn(*a, **kw)
+                out = _read_returned_variables(fn(*a, **kw))
                 return out, [state.current[v] for v in variables]
 
             if steps > 1:

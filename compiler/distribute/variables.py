@@ -84,8 +84,7 @@ class Variable:
         ``trainable`` defaults to ``synchronization != ON_READ``.
 
     Raises:
-      ValueError: ``constraint`` is not callable; ON_READ with
-        ``trainable=True`` (TF's messages).
+      ValueError: ``constraint`` is not callable (TF's message).
     """
 
     def __init__(
@@ -116,12 +115,10 @@ class Variable:
         on_read = self.synchronization is VariableSynchronization.ON_READ
         if trainable is None:
             trainable = not on_read
-        elif trainable and on_read:
-            raise ValueError(
-                "Synchronization value can be set to VariableSynchronization.ON_READ only for non-trainable "
-                "variables. You have specified trainable=True and synchronization=VariableSynchronization.ON_READ."
-            )
-        self.trainable = trainable
+        # ON_READ with trainable=True is allowed and kept, as tf.Variable keeps
+        # it (the "only for non-trainable variables" error is Keras's
+        # add_weight's, not tf.Variable's; issue 25).
+        self.trainable = bool(trainable)
         self._replica_values: list | None = None
         # A mirrored variable of aggregation NONE updated in replica context
         # (TF 2's OnWrite policy): each replica's own copy, when they differ.
@@ -237,6 +234,17 @@ class Variable:
         if self._replica_copies is not None:
             return self._replica_copies[i]
         return self._device_value
+
+    def _set_copy(self, i: int, new: Any) -> None:
+        """Set copy ``i`` alone (its replica component's assign)."""
+        new = np.array(np.broadcast_to(np.asarray(new, dtype=self._device_value.dtype), self._device_value.shape))
+        if self._replica_values is not None:
+            self._replica_values[i] = new
+            return
+        copies = [np.array(self._copy(j)) for j in range(len(self._copy_cores))]
+        copies[i] = new
+        self._device_value = copies[0]
+        self._replica_copies = copies if any(not np.array_equal(copies[0], c) for c in copies[1:]) else None
 
     def _replica_input(self, r: int, strategy: Any) -> np.ndarray:
         """Replica ``r``'s value, as a program of ``strategy`` takes it: the
@@ -417,6 +425,9 @@ class Variable:
         RuntimeError; AUTO / NONE and ON_READ variables write the replica's
         copy directly.  The program takes the variable as an input and
         output (traced again with it, once)."""
+        adopt = getattr(state, "adopt_strategy", None)
+        if adopt is not None:
+            adopt(self._strategy)  # an xtpu.function that named no strategy traces for this one
         if write and self._on_write_policy():
             raise RuntimeError(MIXING_STRATEGIES.format(state.strategy, self._strategy))
         self._copy_indices(state.strategy)
@@ -584,6 +595,98 @@ class Variable:
         return self._update("sub", delta)
 
 
+class ReplicaComponent:
+    """One replica's copy of a mirrored (or ON_READ) variable, as
+    ``strategy.experimental_local_results(v)`` gives it: TF returns the
+    component variables (values.py ``DistributedValues._values``, each a
+    ResourceVariable on its replica's device), which read, assign and name
+    their device.  Reads and updates act on that copy alone, outside a
+    replicated computation.
+
+    Raises:
+      ValueError: an update inside a replicated computation (update the
+        mirrored variable there).
+    """
+
+    __slots__ = ("_variable", "_index")
+
+    def __init__(self, variable: Variable, index: int):
+        self._variable = variable
+        self._index = index
+
+    @property
+    def name(self) -> str:
+        return f"{self._variable.name}/replica_{self._index}"
+
+    @property
+    def device(self) -> str:
+        """The core holding this copy (TF: the component's device)."""
+        return self._variable._copy_devices[self._index]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._variable.shape
+
+    @property
+    def dtype(self):
+        return self._variable.dtype
+
+    @property
+    def trainable(self) -> bool:
+        return self._variable.trainable
+
+    def read_value(self) -> np.ndarray:
+        return np.array(self._variable._copy(self._index))
+
+    value = read_value
+
+    def numpy(self) -> np.ndarray:
+        return self.read_value()
+
+    _xtpu_read_ = read_value  # how xtpu ops convert it (xtpu.tracing.read_if_variable)
+
+    def _set(self, new: Any) -> ReplicaComponent:
+        if current_trace() is not None:
+            raise ValueError(
+                f"a replica component of variable '{self._variable.name}' cannot be updated inside a replicated "
+                "computation; update the variable itself there"
+            )
+        self._variable._set_copy(self._index, new)
+        return self
+
+    def assign(self, value: Any, use_locking: bool = False, name: str | None = None, read_value: bool = True) -> Any:
+        return self._set(to_numpy(value) if not isinstance(value, np.ndarray) else value)
+
+    def assign_add(self, delta: Any, use_locking: bool = False, name: str | None = None, read_value: bool = True):
+        return self._set(self.read_value() + np.asarray(delta))
+
+    def assign_sub(self, delta: Any, use_locking: bool = False, name: str | None = None, read_value: bool = True):
+        return self._set(self.read_value() - np.asarray(delta))
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self._variable._copy(self._index), dtype=dtype)
+
+    def __float__(self) -> float:
+        return float(self.read_value())
+
+    def __int__(self) -> int:
+        return int(self.read_value())
+
+    def __eq__(self, other: Any) -> Any:
+        return self.read_value() == np.asarray(other)  # elementwise, as TF 2's variables compare
+
+    def __ne__(self, other: Any) -> Any:
+        return self.read_value() != np.asarray(other)
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return (
+            f"<xtpu.Variable '{self.name}' shape={self.shape} dtype={self.dtype} device={self.device!r}, "
+            f"numpy={self.read_value()!r}>"
+        )
+
+
 def _delegate(name: str):
     def op(self, *args):
         return getattr(_as_value(self), name)(*[_as_value(a) for a in args])
@@ -618,4 +721,4 @@ for _name in [
 ]:
     setattr(Variable, _name, _delegate(_name))
 
-__all__ = ["Variable"]
+__all__ = ["ReplicaComponent", "Variable"]

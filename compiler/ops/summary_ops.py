@@ -72,7 +72,7 @@ from xtpu.core.tracing import (
     user_location,
 )
 from xtpu.dialects import summaries as _registry
-from xtpu.dialects.hlo_host import SummaryScalarOp
+from xtpu.dialects.hlo_host import SummaryFlushOp, SummaryScalarOp
 from xtpu.dialects.primitive import ShapeError
 from xtpu.dialects.summary_histogram import DEFAULT_BUCKETS, SummaryHistogramOp
 from xtpu.dialects.summary_write import SummaryWriteOp
@@ -171,7 +171,14 @@ class _DefaultWriter:
 
     def __exit__(self, *exc: object) -> bool:
         if _state.writer is not None:
-            _state.writer.flush()
+            if current_trace() is not None:
+                # Traced (strategy.run, xtpu.function, replicate): the flush is
+                # an op of the program, so every run flushes, as TF's exit
+                # adds a flush op to the function (issue 25: it flushed once,
+                # while tracing).
+                bind(SummaryFlushOp, [], logdir=_state.writer.logdir)
+            else:
+                _state.writer.flush()
         _state.writer = self._old_writer
         if self._step is not None:
             _state.step = self._old_step

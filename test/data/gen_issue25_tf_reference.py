@@ -200,7 +200,15 @@ ref["10_return_variable_from_replica_fn"] = outcome(item10)
 
 def item11():
     v = tf.Variable(1.0, synchronization=tf.VariableSynchronization.ON_READ, trainable=True)
-    return {"trainable": v.trainable}
+    s = strategy()
+    with s.scope():
+        w = tf.Variable(
+            1.0,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.SUM,
+            trainable=True,
+        )
+    return {"trainable": v.trainable, "in_scope_trainable": w.trainable, "in_scope_type": type(w).__name__}
 
 
 ref["11_on_read_trainable_variable"] = outcome(item11)

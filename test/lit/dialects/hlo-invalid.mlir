@@ -405,6 +405,14 @@ func.func @summary_scalar_of_bool(%x: tensor<i1>, %s: tensor<i64>) {
 
 // -----
 
+// CHECK: 'hlo.summary_flush' op logdir must not be empty
+func.func @summary_flush_without_logdir() {
+  hlo.summary_flush ""
+  func.return
+}
+
+// -----
+
 // CHECK: 'hlo.summary_scalar' op step must be an int64 or int32 scalar, got float32[]
 func.func @summary_scalar_float_step(%x: tensor<f32>, %s: tensor<f32>) {
   hlo.summary_scalar "loss" = %x at step %s to "/tmp/logs" : tensor<f32>, tensor<f32>

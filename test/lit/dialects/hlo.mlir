@@ -131,9 +131,11 @@ func.func @host_ops(%x: tensor<2xf32>) {
 // CHECK-LABEL: func.func @summaries(%x: tensor<f32>, %s: tensor<i64>, %i: tensor<i32>, %r: tensor<i32>) {
 // CHECK-NEXT:  hlo.summary_scalar "loss" = %x at step %s to "/tmp/logs" : tensor<f32>, tensor<i64>
 // CHECK-NEXT:  hlo.summary_scalar "eval/acc" = %i at step %i if replica %r is zero to "/tmp/logs" description "top-1" : tensor<i32>, tensor<i32>, tensor<i32>
+// CHECK-NEXT:  hlo.summary_flush "/tmp/logs"
 // CHECK-NEXT:  func.return
 func.func @summaries(%x: tensor<f32>, %s: tensor<i64>, %i: tensor<i32>, %r: tensor<i32>) {
   hlo.summary_scalar "loss" = %x at step %s to "/tmp/logs" : tensor<f32>, tensor<i64>
   hlo.summary_scalar "eval/acc" = %i at step %i if replica %r is zero to "/tmp/logs" description "top-1" : tensor<i32>, tensor<i32>, tensor<i32>
+  hlo.summary_flush "/tmp/logs"
   func.return
 }
