@@ -590,16 +590,19 @@ class TPUStrategy:
         batches of ``experimental_distribute_dataset`` and plain values (every
         replica gets them).  With ``steps_per_run > 1`` an iterator over a
         distributed dataset gives each step its own batch.
+
+        Raises:
+          ValueError: more positional arguments than ``fn`` takes, or a
+            variable passed to ``*args`` (TF's messages, tpu_strategy.py
+            ``_maybe_partial_apply_variables``).
         """
-        if current_trace() is not None:
-            # Inside an xtpu.function: trace fn into the function's program
-            # (else ValueError: no strategy.run inside a replicated computation).
-
-            return run_in_function(self, fn, args, dict(kwargs or {}))
-
         fn, args, kwargs = partial_apply_variables(
             fn, tuple(args), dict(kwargs or {}), self.__dict__.setdefault("_bound_fns", {})
         )
+        if current_trace() is not None:
+            # Inside an xtpu.function: trace fn into the function's program
+            # (else ValueError: no strategy.run inside a replicated computation).
+            return run_in_function(self, fn, args, dict(kwargs or {}))
         n = self._num_replicas
         steps = self.steps_per_run
         leaves, tree = pytree.flatten(
