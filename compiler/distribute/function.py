@@ -645,7 +645,8 @@ class Function:
         Raises:
           TypeError / ValueError: the arguments do not match
             ``input_signature`` (TF's messages), or the traced Python function
-            raised.
+            raised; ValueError: it calls ``run`` of two strategies.
+          RuntimeError: a new signature past :func:`max_traces` traces.
         """
         if current_trace() is not None:
             # Inside another computation: inline, as TF inlines nested functions.
