@@ -11,7 +11,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 SCRIPT = pathlib.Path(__file__).with_name("first_use_threads.py")
-RUNS = 20
+RUNS = 20 * int(os.environ.get("XTPU_STRESS_SCALE", "1"))  # $XTPU_STRESS_SCALE=10: 200 interpreters
 
 
 def _run_once(i):

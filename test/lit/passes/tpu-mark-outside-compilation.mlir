@@ -192,7 +192,8 @@ func.func @ops_outside_replicate_are_left_alone(%x: tensor<f32>) -> tensor<!hlo.
 
 // -----
 
-// hlo.summary_scalar is HOST_ONLY: it moves to a cluster of its own; the
+// hlo.summary_scalar is HOST_ONLY: it moves to a cluster of its own (with
+// the hlo.summary_flush after it, HOST_ONLY too: one run of host ops); the
 // replica id it is gated on stays a device value, the constant step stays
 // where it is (outlining copies constants to the host).
 // CHECK-LABEL: func @summary_goes_to_an_auto_cluster
@@ -201,6 +202,7 @@ func.func @ops_outside_replicate_are_left_alone(%x: tensor<f32>) -> tensor<!hlo.
 // CHECK-NEXT:    %s = hlo.constant dense<7> : tensor<i64>
 // CHECK-NEXT:    tpu.outside_compilation "auto0" {
 // CHECK-NEXT:      hlo.summary_scalar "loss" = %y at step %s if replica %r is zero to "/tmp/logs" : tensor<f32>, tensor<i64>, tensor<i32>
+// CHECK-NEXT:      hlo.summary_flush "/tmp/logs"
 // CHECK-NEXT:      tpu.yield
 // CHECK-NEXT:    }
 // CHECK-NEXT:    tpu.yield %y : tensor<f32>
@@ -211,6 +213,7 @@ func.func @summary_goes_to_an_auto_cluster(%a: tensor<f32>, %b: tensor<f32>) -> 
     %r = tpu.replica_id : tensor<i32>
     %s = hlo.constant dense<7> : tensor<i64>
     hlo.summary_scalar "loss" = %y at step %s if replica %r is zero to "/tmp/logs" : tensor<f32>, tensor<i64>, tensor<i32> loc("train.py":21:5)
+    hlo.summary_flush "/tmp/logs"
     tpu.yield %y : tensor<f32>
   }
   func.return %o#0, %o#1 : tensor<f32>, tensor<f32>
