@@ -125,6 +125,7 @@ def run_all(args) -> tuple[list[dict], float]:
     for _ in range(args.jobs):
         spawn()
     done: dict[int, dict] = {}
+    reported: set[int] = set()
     t0 = time.perf_counter()
     last_report = t0
     while len(done) < args.programs:
@@ -165,6 +166,16 @@ def run_all(args) -> tuple[list[dict], float]:
             if not p.is_alive() and wid not in current and len(done) < args.programs and p.exitcode not in (0, None):
                 del procs[wid]
                 spawn()
+        for i in sorted(set(done) - reported):
+            reported.add(i)
+            r = done[i]
+            if r["status"] != "ok":
+                # Each failure as it is found (a long run's findings before it ends).
+                print(
+                    f"  program {i}: {r['status']} ({r.get('known') or r.get('signature')}): {r['failure'][:300]!r}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         if args.progress and time.perf_counter() - last_report > args.progress:
             last_report = time.perf_counter()
             bad = sum(1 for r in done.values() if r["status"] != "ok")
