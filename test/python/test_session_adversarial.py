@@ -460,6 +460,8 @@ def test_split_reductions_at_every_chunk_boundary_are_the_left_fold(tiny_split, 
                 for reduction in comm.REDUCTIONS:
                     if dtype is np.complex64 and reduction in ("max", "min"):
                         continue
+                    if reduction in ("and", "or") and np.dtype(dtype).kind not in "bi":
+                        continue  # StableHLO's and/or take integers and booleans only
                     expect = comm._reduce_chunks(values)
                     assert expect == (1 if R < 2 or values[0].size < 1 else min(cores, values[0].size))
                     got = comm.reduce_in_order(values, reduction)
@@ -479,7 +481,7 @@ def test_operands_of_one_shape_with_different_strides(tiny_split):
     step = rng.standard_normal((1, 20)).astype(np.float32)[:, ::2]  # not contiguous
     for values, split in (([row, fresh, tall, strided], True), ([fresh, step, row], False), ([step, fresh], False)):
         assert (comm._reduce_chunks(values) > 1) is split
-        for reduction in comm.REDUCTIONS:
+        for reduction in ("add", "mul", "max", "min"):  # the float reductions (and/or take integers)
             assert comm.reduce_in_order(values, reduction).tobytes() == left_fold(values, reduction).tobytes()
     np.testing.assert_array_equal(buf[2:3], row)  # the operands are read only
 
