@@ -901,6 +901,7 @@ ENTRIES: list[Entry] = [
             "hlo.summary_scalar",
             "hlo.summary_histogram",
             "hlo.summary_write",
+            "hlo.summary_flush",
             "hlo.host_variable_update",
             "tpu.recv_at_host",
             "tpu.send_from_host",
