@@ -512,7 +512,7 @@ def one_hot(
 def _arg_reduce(x: Any, axis: Any, output_type: Any, computation: str, op: str) -> Any:
     x = convert(read_if_variable(x))
     dt, shape = dtype_of(x), shape_of(x)
-    if dt not in ("float32", "float64", "int32", "int64"):
+    if dt not in ("bfloat16", "float16", "float32", "float64", "int32", "int64"):
         raise TypeError(f"{op}: input must be numeric, got {dt}")
     out_type = dtype_name(output_type)
     if out_type not in INDEX_DTYPES:
@@ -523,7 +523,7 @@ def _arg_reduce(x: Any, axis: Any, output_type: Any, computation: str, op: str) 
     if shape[ax] == 0:  # TF's ArgMax kernel refuses it too
         raise ValueError(f"{op}: reduction axis {ax} is empty in shape {list(shape)}")
     (iota,) = bind(hlo.IotaOp, [], iota_dimension=ax, shape=shape, dtype=out_type)
-    if dt.startswith("float"):
+    if dt.startswith(("float", "bfloat")):
         init = -np.inf if computation == "argmax" else np.inf
     else:
         info = np.iinfo(dt)
