@@ -4,7 +4,7 @@ import argparse
 
 from xtpu.about import version_line
 from xtpu.dialects import DIALECTS
-from xtpu.passes import ALL_PASSES, DEFAULT_PIPELINE, SPMD_PIPELINE
+from xtpu.passes import ALL_PASSES, DEFAULT_PIPELINE, FUSION_PIPELINE, SPMD_PIPELINE
 
 
 def backends() -> list[str]:
@@ -29,6 +29,7 @@ def info() -> str:
     lines.append("pipelines:")
     lines.append("  default: " + ",".join(DEFAULT_PIPELINE))
     lines.append("  logical devices (appended): " + ",".join(SPMD_PIPELINE))
+    lines.append("  last: " + ",".join(FUSION_PIPELINE))
     lines.append("backends: " + ", ".join(backends()) + " (XTPU_BACKEND)")
     lines.append("docs: docs/ops.md (op reference), docs/passes/ (one page per pass), README.md")
     return "\n".join(lines)

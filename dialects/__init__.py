@@ -1,5 +1,5 @@
 """xtpu's dialects: ``hlo`` (the traced math), ``tpu`` (replication and
-placement) and ``ccl`` (collectives), defined with xDSL's IRDL."""
+placement) and ``ccl`` (collectives) and ``fusion`` (fused kernels), defined with xDSL's IRDL."""
 
 from xdsl.context import Context
 from xdsl.ir import Dialect
@@ -7,6 +7,7 @@ from xdsl.ir import Dialect
 from xtpu.dialects.autodiff import AUTODIFF_OPS
 from xtpu.dialects.ccl import CCL
 from xtpu.dialects.dynamic_shapes import DYNAMIC_SHAPE_OPS
+from xtpu.dialects.fusion import FUSION
 from xtpu.dialects.hlo import HLO_ATTRS, MATH_OPS
 from xtpu.dialects.hlo_control import CONTROL_OPS
 from xtpu.dialects.hlo_host import HOST_OPS
@@ -36,7 +37,7 @@ HLO = Dialect(
     HLO_ATTRS + INDEXING_ATTRS,
 )
 
-DIALECTS = (HLO, TPU, CCL)
+DIALECTS = (HLO, TPU, CCL, FUSION)
 
 
 def make_context() -> Context:

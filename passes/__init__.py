@@ -11,6 +11,7 @@ from xtpu.passes.combine_all_reduce import CombineAllReduce
 from xtpu.passes.decompose_all_reduce import DecomposeAllReduce
 from xtpu.passes.extract_head_tail_outside_compilation import ExtractHeadTailOutsideCompilation
 from xtpu.passes.fold_host_constants import FoldHostConstants
+from xtpu.passes.fuse_elementwise import FuseElementwise
 from xtpu.passes.lower_cross_replica_sum import LowerCrossReplicaSum
 from xtpu.passes.mark_outside_compilation import MarkOutsideCompilation
 from xtpu.passes.outline_outside_compilation import OutlineOutsideCompilation
@@ -32,6 +33,7 @@ ALL_PASSES: dict[str, type[ModulePass]] = {
         SpmdPartition,
         CombineAllReduce,
         DecomposeAllReduce,
+        FuseElementwise,
     )
 }
 
@@ -53,6 +55,10 @@ SPMD_PIPELINE: tuple[str, ...] = ("tpu-propagate-sharding", "tpu-spmd-partition"
 """Appended to DEFAULT_PIPELINE when a replica has several logical cores
 (docs/logical-devices.md)."""
 
+FUSION_PIPELINE: tuple[str, ...] = ("hlo-fuse-elementwise",)
+"""Appended last, after the SPMD passes: fusion regions are what the runtime
+runs, and no pass after it needs to look into them."""
+
 OPTIONAL_PASSES: tuple[str, ...] = ("ccl-decompose-all-reduce",)
 """Registered, in no default pipeline: ``benchmarks/all_reduce_passes.py``
 shows no gain on the threads backend."""
@@ -63,10 +69,12 @@ __all__ = [
     "CombineAllReduce",
     "DecomposeAllReduce",
     "DEFAULT_PIPELINE",
+    "FUSION_PIPELINE",
     "SPMD_PIPELINE",
     "OPTIONAL_PASSES",
     "ExtractHeadTailOutsideCompilation",
     "FoldHostConstants",
+    "FuseElementwise",
     "LowerCrossReplicaSum",
     "MarkOutsideCompilation",
     "OutlineOutsideCompilation",

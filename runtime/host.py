@@ -38,6 +38,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from xtpu.dialects import tpu
+from xtpu.dialects.fusion import FusionRegionOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.runtime.channels import ChannelClosed, ChannelTable
@@ -73,7 +74,7 @@ def runs_inline(block) -> bool:
 
     first = block.first_op
     for op in block.walk():
-        if op.regions:
+        if op.regions and not isinstance(op, FusionRegionOp):  # a fused region's body is checked op by op
             return False
         if isinstance(op, tpu.RecvAtHostOp):
             if op is not first and tpu.HELD_ATTR not in op.attributes:

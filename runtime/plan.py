@@ -21,6 +21,7 @@ import numpy as np
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.traits import IsTerminator, Pure
 
+from xtpu.dialects.fusion import FusionRegionOp
 from xtpu.dialects.hlo import ConstantOp, IotaOp
 from xtpu.dialects.hlo_host import StringConstantOp
 from xtpu.dialects.locations import format_location
@@ -29,6 +30,8 @@ from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.runtime import profiler as _profiler
 from xtpu.runtime.channels import ChannelClosed
 from xtpu.runtime.errors import Aborted, HostComputeError, ReplicasDiverged, XtpuRuntimeError
+from xtpu.runtime.fusion import fused_kernel
+from xtpu.runtime.fusion import inner_op as fused_inner_op
 
 CONSTANT_OPS = (ConstantOp, StringConstantOp, IotaOp)
 #: Largest result a plan folds from constants (:meth:`Plan._fold`), bytes.
@@ -57,6 +60,8 @@ def form_key(op: Operation) -> tuple:
 
 def pure_kernel(op: Operation) -> Callable[..., Any]:
     """The numpy kernel of an op from its one definition (PrimitiveOp.kernel)."""
+    if isinstance(op, FusionRegionOp):
+        return fused_kernel(op)
     if not isinstance(op, PrimitiveOp):
         raise NotImplementedError(f"the runtime cannot execute '{op.name}'")
     return type(op).kernel(**op.params())
@@ -362,6 +367,7 @@ class Plan:
                 i = plan._line_of_op.get(tb.tb_lineno)
                 if i is not None:
                     found = plan.ops[i]
+            found = fused_inner_op(tb) or found  # an op inside a fusion.region
             tb = tb.tb_next
         return found
 
@@ -370,6 +376,9 @@ def running_op(frame) -> Operation | None:
     """The op a thread is executing, from its current ``frame``
     (``sys._current_frames()``): the innermost plan line on its stack."""
     while frame is not None:
+        inner = fused_inner_op(frame)
+        if inner is not None:
+            return inner
         plan = _PLANS.get(frame.f_code.co_filename)
         if plan is not None:
             i = plan._line_of_op.get(frame.f_lineno)

@@ -52,7 +52,7 @@ from xtpu.dialects.tpu import (
     check_group_assignment,
 )
 from xtpu.ops.summary_ops import trace_key
-from xtpu.passes import ALL_PASSES, DEFAULT_PIPELINE, SPMD_PIPELINE
+from xtpu.passes import ALL_PASSES, DEFAULT_PIPELINE, FUSION_PIPELINE, SPMD_PIPELINE
 from xtpu.passes.stablehlo_export import to_text
 from xtpu.replication import padding
 from xtpu.replication.infeed import InfeedQueue
@@ -85,7 +85,7 @@ DEFAULT_XLA_OPTIONS = XLAOptions()
 def default_pipeline(xla_options: XLAOptions | None = None, num_cores: int = 1) -> str:
     """The pass pipeline ``replicate`` runs (``xtpu.passes.DEFAULT_PIPELINE``,
     plus sharding propagation and SPMD partitioning when a replica has
-    several logical cores)."""
+    several logical cores, then ``FUSION_PIPELINE``: elementwise fusion)."""
     opts = xla_options or DEFAULT_XLA_OPTIONS
     names = []
     for name in DEFAULT_PIPELINE:
@@ -94,6 +94,7 @@ def default_pipeline(xla_options: XLAOptions | None = None, num_cores: int = 1) 
         names.append(name)
     if num_cores != 1:
         names += list(SPMD_PIPELINE)
+    names += list(FUSION_PIPELINE)
     return ",".join(names)
 
 

@@ -45,7 +45,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain  # noqa: E402
 from xtpu.about import __version__  # noqa: E402
 from xtpu.core.pipeline import PipelineError, parse_module, parse_pipeline, verify_module  # noqa: E402
 from xtpu.dialects import DIALECTS  # noqa: E402
-from xtpu.passes import ALL_PASSES, DEFAULT_PIPELINE, SPMD_PIPELINE  # noqa: E402
+from xtpu.passes import ALL_PASSES, DEFAULT_PIPELINE, FUSION_PIPELINE, SPMD_PIPELINE  # noqa: E402
 from xtpu.passes.stablehlo_export import StableHLOExportError, to_text  # noqa: E402
 from xtpu.passes.stablehlo_import import StableHLOImportError, import_module  # noqa: E402
 
@@ -87,6 +87,8 @@ def passes_help() -> str:
     lines.append("    -p " + ",".join(DEFAULT_PIPELINE))
     lines.append("  a replica split over logical cores appends:")
     lines.append("    " + ",".join(SPMD_PIPELINE))
+    lines.append("  then, last:")
+    lines.append("    " + ",".join(FUSION_PIPELINE))
     lines.append("")
     lines.append("xDSL's passes are available too: its generic " + ", ".join(GENERIC_XDSL_PASSES))
     lines.append("and the others that --list-passes prints.")

@@ -236,9 +236,9 @@ def test_lower_compile_and_stages():
     text = lowered.as_text()
     assert "tpu.replicate" in text and "{n = 2 : i64}" in text and "hlo.reduce" in text
     compiled = lowered.compile()
-    from xtpu.passes import DEFAULT_PIPELINE
+    from xtpu.passes import DEFAULT_PIPELINE, FUSION_PIPELINE
 
-    assert list(compiled.stages) == list(DEFAULT_PIPELINE)
+    assert list(compiled.stages) == list(DEFAULT_PIPELINE) + list(FUSION_PIPELINE)
     out = compiled([[x], [x + 3]])
     assert float(out[0][0]) == 3.0 and float(out[1][0]) == 6.0
     with pytest.raises(ValueError, match="compiled for 2 replicas"):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import xtpu
+from xtpu.passes import DEFAULT_PIPELINE
 from xtpu.replication import program as replication
 from xtpu.runtime import plan as plan_mod
 from xtpu.runtime.errors import XtpuRuntimeError
@@ -237,7 +238,8 @@ def test_ops_of_one_form_share_one_kernel_and_constants_decode_once():
         return x
 
     inputs = [[np.float32(0.5)]]
-    c = xtpu.lower(chain, inputs).compile()
+    # Unfused (the default pipeline fuses the chain into one fusion.region).
+    c = xtpu.lower(chain, inputs).compile(",".join(DEFAULT_PIPELINE))
     exe = c.executable
     assert len(exe._pure_kernels) == 100  # every op has its kernel ...
     assert len(set(map(id, exe._pure_kernels.values()))) == 2  # ... one per form: multiply, add

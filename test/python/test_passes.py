@@ -33,6 +33,7 @@ from xtpu.dialects.tpu import (
 from xtpu.passes import (
     ALL_PASSES,
     DEFAULT_PIPELINE,
+    FUSION_PIPELINE,
     OPTIONAL_PASSES,
     SPMD_PIPELINE,
     ExtractHeadTailOutsideCompilation,
@@ -442,7 +443,8 @@ def ALL_PASSES_FACTORIES():
 
 
 def test_registry():
-    assert set(DEFAULT_PIPELINE) <= set(ALL_PASSES) <= set(DEFAULT_PIPELINE) | set(SPMD_PIPELINE) | set(OPTIONAL_PASSES)
+    every = set(DEFAULT_PIPELINE) | set(SPMD_PIPELINE) | set(FUSION_PIPELINE) | set(OPTIONAL_PASSES)
+    assert set(DEFAULT_PIPELINE) <= set(ALL_PASSES) <= every
     for name, cls in ALL_PASSES.items():
         assert cls.name == name
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen

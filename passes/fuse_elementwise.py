@@ -1,0 +1,229 @@
+"""``hlo-fuse-elementwise``: elementwise ops and the reductions reading them
+become ``fusion.region`` ops, one kernel each.
+
+After XLA's instruction fusion (``xla/service/instruction_fusion.cc``: loop
+fusion of elementwise producers into their consumers, and input fusion of
+those into a reduction), in MLIR's terms a region op isolated from above
+(dialects/fusion.py).  In each block, in order, an op that may be fused joins
+the groups of the fused ops whose results it reads, as long as the group
+stays a single-entry region: every value the group reads from outside is
+defined before the group's first op (so the region op, put where the first
+member was, has its operands and no cycle arises through an op left
+outside).  A reduction ends its chain: an op reading a reduction's result
+does not join its group (XLA: a reduce is the root of an input fusion), and
+the group is of kind ``input``; a group of elementwise ops only is ``loop``.
+A group of one op stays as it was.  Results used outside the group are the
+region's results (XLA's multi-output fusion).
+
+What joins: ``hlo`` elementwise ops (unary, binary, ``hlo.compare``,
+``hlo.select``, ``hlo.convert``), ``hlo.broadcast_in_dim`` and
+``hlo.reduce``, with static shapes and no string values.  What never joins:
+collectives (``ccl.*``, ``tpu.cross_replica_sum``), host transfers and
+host-only ops, ops with side effects, ops with regions, ops of dynamic
+shape (``hlo.set_dimension_size`` and values of unknown size), host code
+(a ``tpu.outside_compilation`` cluster, a host ``tpu.replicate``, an
+outlined host function), and ops whose operands are all
+constants (the runtime folds those once, runtime/plan.py).  The fused ops
+are the same ops, in the same order, on the same values: running a region
+op's body op by op gives the unfused program's bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+from xdsl.traits import Pure
+
+from xtpu.dialects import hlo
+from xtpu.dialects.dynamic_shapes import DYNAMIC_SHAPE_OPS
+from xtpu.dialects.fusion import FusionRegionOp, FusionYieldOp
+from xtpu.dialects.tpu import host_context
+from xtpu.passes._common import in_cluster, is_string, walk_ops
+
+#: The op classes that may join a fusion region (module doc).
+FUSIBLE = (
+    hlo.ElementwiseUnary,
+    hlo.ElementwiseBinary,
+    hlo.CompareOp,
+    hlo.SelectOp,
+    hlo.ConvertOp,
+    hlo.BroadcastInDimOp,
+    hlo.ReduceOp,
+)
+_CONSTANTS = (hlo.ConstantOp, hlo.IotaOp)
+
+
+def _static(t) -> bool:
+    return isinstance(t, TensorType) and all(d >= 0 for d in t.get_shape()) and not is_string(t)
+
+
+def fusible(op: Operation) -> bool:
+    """Whether ``op`` may join a fusion region (module doc)."""
+    cls = type(op)
+    if not isinstance(op, FUSIBLE) or op.regions or not op.has_trait(Pure):
+        return False
+    if getattr(cls, "HOST_ONLY", False) or getattr(cls, "SIDE_EFFECTS", False):
+        return False
+    if not all(_static(v.type) for v in (*op.operands, *op.results)):
+        return False
+    return not in_cluster(op)
+
+
+@dataclass(eq=False)
+class _Group:
+    members: list[Operation]
+    first: int
+    #: Ops of the block outside the group whose results it reads (constants aside).
+    reads: set[Operation]
+    reduces: bool = False
+
+
+class FuseElementwise(ModulePass):
+    """Group elementwise ops, broadcasts, converts, selects and the
+    reductions reading them into ``fusion.region`` ops (XLA's loop and input
+    fusion, as TF's XLA compiler does for a TPU program), one kernel each at
+    run time.  Never fused: collectives, host
+    transfers, ops with side effects or regions, dynamic shapes, ops in
+    host code (the module doc has the rules)."""
+
+    name = "hlo-fuse-elementwise"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        blocks = [b for o in walk_ops(op) if not isinstance(o, FusionRegionOp) for r in o.regions for b in r.blocks]
+        for block in blocks:
+            # Host code (clusters, host replicates, outlined host functions)
+            # is left op by op: it runs a few small ops, some of them inline
+            # on a device worker (runtime/host.py).
+            if block.first_op is not None and host_context(block.first_op) is None:
+                _fuse_block(block)
+
+
+def _fuse_block(block: Block) -> None:
+    ops = list(block.ops)
+    index = {o: i for i, o in enumerate(ops)}
+    group_of: dict[Operation, _Group] = {}
+    groups: list[_Group] = []
+
+    def producers(o: Operation) -> set[Operation]:
+        return {
+            v.owner
+            for v in o.operands
+            if isinstance(v.owner, Operation) and v.owner in index and not isinstance(v.owner, _CONSTANTS)
+        }
+
+    def joined(gs: list[_Group], o: Operation) -> tuple[int, set[Operation]] | None:
+        """(first, reads) of ``gs`` and ``o`` as one group, if it is a
+        single-entry region: everything it reads defined before its first op."""
+        inside = set(gs)
+        reads = {p for g in gs for p in g.reads if group_of.get(p) not in inside}
+        reads |= {p for p in producers(o) if group_of.get(p) not in inside}
+        first = min(g.first for g in gs)
+        if any(index[p] > first for p in reads):
+            return None
+        return first, reads
+
+    # Values of a dynamic size (hlo.set_dimension_size's results and what
+    # is computed from them) stay out of fusion.
+    dynamic: set[SSAValue] = set()
+    for o in ops:
+        if isinstance(o, tuple(DYNAMIC_SHAPE_OPS)) or any(v in dynamic for v in o.operands):
+            dynamic.update(o.results)
+    # Values computed from constants only: the runtime folds them once
+    # (runtime/plan.py), so they stay out of fusion.
+    constant: set[SSAValue] = set()
+    for o in ops:
+        if isinstance(o, _CONSTANTS) or (
+            o.operands and not o.regions and o.has_trait(Pure) and all(v in constant for v in o.operands)
+        ):
+            constant.update(o.results)
+    for o in ops:
+        if not fusible(o) or o.results[0] in dynamic or o.results[0] in constant:
+            continue
+        cands: list[_Group] = []
+        for v in o.operands:
+            p = v.owner
+            g = group_of.get(p) if isinstance(p, Operation) else None
+            if g is not None and not isinstance(p, hlo.ReduceOp) and g not in cands:
+                cands.append(g)
+        chosen: list[_Group] = []
+        got = joined(cands, o) if cands else None
+        if got is not None:
+            chosen = cands
+        else:
+            for g in cands:
+                got = joined([g], o)
+                if got is not None:
+                    chosen = [g]
+                    break
+        if not chosen:
+            g = _Group([o], index[o], producers(o))
+            groups.append(g)
+        else:
+            chosen.sort(key=lambda g: -len(g.members))
+            g = chosen[0]
+            for other in chosen[1:]:
+                g.members += other.members
+                g.reduces |= other.reduces
+                for m in other.members:
+                    group_of[m] = g
+                groups.remove(other)
+            g.members.append(o)
+            g.first, g.reads = got
+        g.reduces |= isinstance(o, hlo.ReduceOp)
+        group_of[o] = g
+    for g in groups:
+        if len(g.members) > 1:
+            _outline(block, sorted(g.members, key=index.__getitem__), "input" if g.reduces else "loop")
+
+
+def _outline(block: Block, members: list[Operation], kind: str) -> None:
+    """Replace ``members`` (in block order) by one ``fusion.region`` put
+    where the first was."""
+    inside = set(members)
+    inputs: list[SSAValue] = []
+    for m in members:
+        for v in m.operands:
+            if v.owner not in inside and v not in inputs:
+                inputs.append(v)
+    outputs = [r for m in members for r in m.results if any(u.operation not in inside for u in r.uses)]
+    if not outputs:  # dead ops: left as they are
+        return
+    body = Block(arg_types=[v.type for v in inputs])
+    for a, v in zip(body.args, inputs):
+        a.name_hint = v.name_hint
+    mapping: dict[SSAValue, SSAValue] = dict(zip(inputs, body.args))
+    for m in members:
+        c = m.clone(value_mapper=mapping)
+        body.add_op(c)
+    body.add_op(FusionYieldOp.build(operands=[[mapping[r] for r in outputs]]))
+    fused = FusionRegionOp.build(
+        operands=[inputs],
+        result_types=[[r.type for r in outputs]],
+        properties={"kind": StringAttr(kind)},
+        regions=[[body]],
+    )
+    compute = [m for m in members if not isinstance(m, hlo.BroadcastInDimOp | hlo.ConvertOp)] or members
+    fused.location = compute[0].location
+    block.insert_op_before(fused, members[0])
+    for v in inputs:  # a constant defined after the first member moves before the region
+        p = v.owner
+        if (
+            isinstance(p, _CONSTANTS)
+            and p.parent is block
+            and block.get_operation_index(p) > block.get_operation_index(fused)
+        ):
+            p.detach()
+            block.insert_op_before(p, fused)
+    for r, new in zip(outputs, fused.results):
+        for use in list(r.uses):
+            if use.operation not in inside:
+                use.operation.operands[use.index] = new
+        if r.name_hint:
+            new.name_hint = r.name_hint
+    for m in reversed(members):
+        Rewriter.erase_op(m, safe_erase=False)
