@@ -19,7 +19,9 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.traits import IsTerminator
+from xdsl.utils.exceptions import DiagnosticException
 
+from xtpu.dialects.fusion import FusionRegionOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import StringType
 from xtpu.dialects.tpu import CLUSTER_ATTR, OutsideCompilationOp, ReplicaIdOp, ReplicateOp, YieldOp
@@ -41,6 +43,18 @@ def source_line(loc: Attribute) -> str | None:
             if (text := source_line(inner)) is not None:
                 return text
     return None
+
+
+def refuse_fused(root: Operation, pass_name: str) -> None:
+    """Raise when ``root`` holds a ``fusion.region``: ``pass_name`` reads
+    the ops one by one and runs before ``hlo-fuse-elementwise``, the last
+    pass of the pipeline (a region hides its ops)."""
+    for o in root.walk():
+        if isinstance(o, FusionRegionOp):
+            raise DiagnosticException(
+                f"'fusion.region' op{at(o)} is formed by hlo-fuse-elementwise, the last pass: "
+                f"{pass_name} runs before it"
+            )
 
 
 def at(op: Operation) -> str:

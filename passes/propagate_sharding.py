@@ -194,7 +194,7 @@ from xtpu.dialects.tpu import (
     ShardingConstraintOp,
     YieldOp,
 )
-from xtpu.passes._common import at, chunk_tiling, enclosing, has_string_values, prefix_tiled
+from xtpu.passes._common import at, chunk_tiling, enclosing, has_string_values, prefix_tiled, refuse_fused
 from xtpu.passes.spmd_cost import reshard_bytes
 
 INPUT_SHARDINGS = "tpu.input_shardings"
@@ -991,6 +991,8 @@ class PropagateSharding(ModulePass):
         replicates = [r for r in op.walk() if isinstance(r, ReplicateOp) and not r.on_host]
         for r in replicates:
             _check_constraints(r)
+            if r.num_cores > 1:
+                refuse_fused(r, self.name)
         for r in replicates:
             if r.num_cores > 1:
                 prop = _Propagation(r)

@@ -151,7 +151,7 @@ from xtpu.dialects.tpu import (
     ShardingConstraintOp,
     YieldOp,
 )
-from xtpu.passes._common import at, chunk_tiling, prefix_tiled
+from xtpu.passes._common import at, chunk_tiling, prefix_tiled, refuse_fused
 from xtpu.passes.propagate_sharding import take_dims
 from xtpu.passes.spmd_cost import all_reduce_bytes, reshard_bytes
 
@@ -1591,6 +1591,8 @@ class SpmdPartition(ModulePass):
         ]
         if not reps:
             return
+        for r in reps:
+            refuse_fused(r, self.name)
         used = [int(ch.value.data) for o in op.walk() if isinstance(ch := o.properties.get("channel_id"), IntegerAttr)]
         channels = [max(used, default=0)]
         parts = [_Partitioner(r, channels) for r in reps]

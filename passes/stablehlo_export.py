@@ -16,6 +16,10 @@ What becomes ``@main``:
   replica's inputs and its results one replica's outputs;
 * any other ``func.func`` of device code is converted as it is (one replica).
 
+A ``fusion.region`` (the ``hlo-fuse-elementwise`` pass's, in a compiled
+program) is inlined: its body's ops in their order, as before the pass;
+XLA forms its own fusions.
+
 Host programs (the host functions of outside-compilation clusters, the
 host ``tpu.replicate`` of head and tail clusters) have no StableHLO form:
 they are refused with an error that names them, or, with
@@ -170,6 +174,18 @@ class Exporter:
             self._tokens.pop()
             self._extra.pop()
         return Region(block)
+
+    def inline(self, block: Block, operands: Sequence[SSAValue]) -> list[SSAValue]:
+        """Convert the ops of ``block`` (a ``fusion.region`` body) in place,
+        its arguments bound to ``operands``; the values its terminator gives."""
+        self._values.append(dict(zip(block.args, operands)))
+        try:
+            term = block.last_op
+            assert term is not None
+            self.convert_ops(op for op in block.ops if op is not term)
+            return [self.value(v) for v in term.operands]
+        finally:
+            self._values.pop()
 
     # ---- the walk ------------------------------------------------------------
     def convert_ops(self, ops) -> None:

@@ -52,6 +52,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xtpu.dialects import ccl, hlo, hlo_math, hlo_rounding, tpu
 from xtpu.dialects.autodiff import CustomGradientOp, StopGradientOp
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
+from xtpu.dialects.fusion import FusionRegionOp, FusionYieldOp
 from xtpu.dialects.primitive import GroupsParam, PrimitiveOp, array_from_dense, dense_from_array
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.passes import stablehlo_syntax as S
@@ -290,6 +291,11 @@ def _export_while(ex, op, xs):
 def _export_return(ex, op, xs):
     ex.emit("stablehlo.return", xs + ex.region_extra(), [])
     return []
+
+
+def _export_fusion_region(ex, op, xs):
+    """A ``fusion.region`` is inlined: its body's ops, in order, on ``xs``."""
+    return ex.inline(op.body.block, xs)
 
 
 def _identity(ex, op, xs):
@@ -852,6 +858,8 @@ ENTRIES: list[Entry] = [
     Entry("hlo.if", "stablehlo.if", _export_if, _import_if),
     Entry("hlo.while", "stablehlo.while", _export_while, _import_while),
     Entry("hlo.return", "stablehlo.return", _export_return),
+    Entry(FusionRegionOp.name, None, _export_fusion_region, note="inlined: its body's ops (XLA fuses on its own)"),
+    Entry(FusionYieldOp.name, None, _refuse("ends a fusion.region, whose body export inlines")),
     Entry(StopGradientOp.name, None, _identity, note="the identity (gradients are xtpu's, taken before export)"),
     Entry(CustomGradientOp.name, None, _identity, note="the identity on its outputs (its rule is Python)"),
     Entry(

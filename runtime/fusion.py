@@ -9,11 +9,13 @@ from call to call (one set per thread: replicas run the same kernel on
 several threads), and a buffer is reused by a later value of the same shape
 and dtype once every value that may share its memory is dead (liveness
 over the body, views of a broadcast counted as uses of its operand).  Ufunc
-ops (``hlo.add``, ``hlo.tanh``, ``hlo.compare``, float ``hlo.divide``,
-...) write through ``out=``; ``hlo.select`` and ``hlo.convert`` through
-``np.copyto`` (the same selection and the same cast as ``np.where`` and
-``astype``); the others (broadcasts, reductions, ``hlo.logistic``, integer
-division) call their kernel as the unfused program does.  The region's
+ops (``hlo.add``, ``hlo.tanh``, ``hlo.compare``, float32/float64
+``hlo.divide``, ...) write through ``out=``; ``hlo.select`` and
+``hlo.convert`` through ``np.copyto`` (the same selection and the same cast
+as ``np.where`` and ``astype``); the others (broadcasts, reductions,
+``hlo.logistic``, integer division, and every arithmetic op on bfloat16 /
+float16, whose kernel computes in float32 and rounds once per op as XLA
+does) call their kernel as the unfused program does.  The region's
 results are new arrays on every call (the caller and later ops own them).
 So a chain of elementwise ops allocates no temporaries after its first
 call, and takes no page faults for them.
@@ -92,8 +94,11 @@ def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | Non
         if not isinstance(o, PrimitiveOp):
             raise NotImplementedError(f"the runtime cannot execute '{o.name}' in a fusion.region")
         k = kernel_of(o) if kernel_of is not None else type(o).kernel(**o.params())
-        if isinstance(o, hlo.DivideOp) and TensorSpec.of_type(o.result.type).dtype.startswith(("float", "bfloat")):
-            k = np.true_divide  # the float branch of hlo.divide's kernel
+        if isinstance(o, hlo.DivideOp) and TensorSpec.of_type(o.result.type).dtype in ("float32", "float64"):
+            # hlo.divide's kernel on float32/float64 is np.true_divide; on
+            # bfloat16/float16 it computes in float32 and rounds once (XLA's
+            # float normalization), so those keep the kernel itself.
+            k = np.true_divide
         kernels.append(k)
     writers = [_writer(o, k) for o, k in zip(ops, kernels)]
 

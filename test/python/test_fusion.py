@@ -5,12 +5,20 @@ are fresh on every call, and its regions show in ``compile().stages``."""
 
 from __future__ import annotations
 
+import os
+import sys
+
+import ml_dtypes
 import numpy as np
 import pytest
 
-import xtpu
-from xtpu.passes import DEFAULT_PIPELINE
-from xtpu.runtime.errors import XtpuRuntimeError
+sys.path.insert(0, os.path.dirname(__file__))
+
+import xla_reference as X  # noqa: E402  (before jax: it asks for 8 CPU devices)
+
+import xtpu  # noqa: E402
+from xtpu.passes import DEFAULT_PIPELINE  # noqa: E402
+from xtpu.runtime.errors import XtpuRuntimeError  # noqa: E402
 
 UNFUSED = ",".join(DEFAULT_PIPELINE)
 
@@ -44,8 +52,10 @@ def _inputs(replicas: int, dtype=np.float32):
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
 def test_fused_step_equals_unfused_bit_for_bit(replicas, dtype):
+    """bfloat16 / float16 too: each op computes in float32 and rounds once
+    (XLA's float normalization), fused or not."""
     inputs = _inputs(replicas, dtype)
     lowered = xtpu.lower(block_step, inputs)
     fused, unfused = lowered.compile(), lowered.compile(UNFUSED)
@@ -107,3 +117,50 @@ def test_a_failing_op_in_a_region_is_named():
         with np.errstate(all="raise"):
             c([[a, np.zeros(2, np.int32)]])
     assert "fusion.region" not in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, np.float32])
+def test_low_precision_chain_rounds_once_per_op(dtype):
+    """A division, a select, a compare and converts in one region give the
+    unfused bits, and on bfloat16 / float16 each op's result is the float32
+    result rounded once (numpy on float32, the reference)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 16)).astype(dtype)
+    y = (rng.standard_normal((8, 16)) + 3.0).astype(dtype)
+
+    def f(x, y):
+        q = x / y
+        r = xtpu.where(q > 0.25, q * y, q - x)
+        return xtpu.cast(xtpu.cast(r, xtpu.float32) * 3.0, r.dtype) / (y + 1.0)
+
+    lowered = xtpu.lower(f, [[x, y]])
+    fused, unfused = lowered.compile(), lowered.compile(UNFUSED)
+    assert "fusion.region" in fused.as_text()
+    want = unfused([[x, y]])[0][0]
+    for _ in range(2):
+        got = fused([[x, y]])[0][0]
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+    def rnd(v):
+        return np.asarray(v, np.float32).astype(dtype).astype(np.float32)
+
+    xf, yf = x.astype(np.float32), y.astype(np.float32)
+    q = rnd(xf / yf)
+    r = np.where(q > np.float32(0.25), rnd(q * yf), rnd(q - xf))
+    ref = rnd(rnd(r * np.float32(3.0)) / rnd(yf + np.float32(1.0))).astype(dtype)
+    np.testing.assert_array_equal(want.view(np.uint8), ref.view(np.uint8))
+
+
+def test_fused_program_exports_to_stablehlo_and_runs_on_xla():
+    """Export inlines each fusion.region (its body's ops in order): MLIR
+    verifies the text and XLA's CPU client runs it equal to xtpu on 2
+    replicas."""
+    pytest.importorskip("jax")
+    inputs = _inputs(2)
+    compiled = xtpu.lower(block_step, inputs).compile()
+    assert compiled.as_text().count("fusion.region") >= 5
+    text = compiled.as_text(dialect="stablehlo")
+    assert "fusion." not in text and "stablehlo.reduce" in text and "stablehlo.tanh" in text
+    X.verify(text)
+    X.check_against_xtpu(compiled, inputs, text=text)

@@ -757,3 +757,20 @@ func.func @reshape_tiles_over_two_dimensions(%a: tensor<64x16xf32>) {
   }
   func.return
 }
+
+// -----
+
+// A fusion.region hides its ops: the pass runs before hlo-fuse-elementwise.
+// CHECK: 'fusion.region' op is formed by hlo-fuse-elementwise, the last pass: tpu-propagate-sharding runs before it
+func.func @after_fusion(%a: tensor<8xf32>) {
+  tpu.replicate([%a] as %x: tensor<8xf32>) {n = 1 : i64, num_cores_per_replica = 2 : i64} {
+    %y = fusion.region "loop"(%x) : (tensor<8xf32>) -> tensor<8xf32> {
+    ^bb0(%b: tensor<8xf32>):
+      %n = hlo.negate %b : tensor<8xf32>
+      %e = hlo.exponential %n : tensor<8xf32>
+      fusion.yield %e : tensor<8xf32>
+    }
+    tpu.yield
+  }
+  func.return
+}
