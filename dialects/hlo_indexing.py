@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import (
     I64,
@@ -70,6 +71,7 @@ from xtpu.dialects.primitive import EnumParam, IntArrayParam, IntParam, Param, P
 from xtpu.dialects.tensor_spec import TensorSpec
 
 INDEXABLE = NUMERIC + ("bool",)
+_LOW_PRECISION_NP = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16))
 
 
 class BoolParam(Param):
@@ -1019,7 +1021,10 @@ class SortOp(PrimitiveOp):
 def _ascending_key(x: np.ndarray, direction: str) -> np.ndarray:
     """A key whose ascending order is ``x``'s order under ``direction``
     (``GT``: ``-x`` for floats, NaN still last; ``~x`` for ints and bools,
-    exact at the minimum)."""
+    exact at the minimum).  bfloat16 and float16 keys are compared as
+    float32 (exact): numpy's sort does not order ml_dtypes' bfloat16."""
+    if x.dtype in _LOW_PRECISION_NP:
+        x = x.astype(np.float32)
     if direction == "LT":
         return x
     if x.dtype.kind == "f":
@@ -1121,6 +1126,9 @@ class VariadicReduceOp(PrimitiveOp):
 
         def run(x, i, v0, i0):
             x, i = np.asarray(x), np.asarray(i)
+            dtype = x.dtype
+            if dtype in _LOW_PRECISION_NP:  # compared as float32 (exact), NaN as a float's
+                x, v0 = x.astype(np.float32), np.asarray(v0).astype(np.float32)
             kept = [d for d in range(x.ndim) if d not in dims]
             out_shape = tuple(x.shape[d] for d in kept)
             n = int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
@@ -1128,7 +1136,7 @@ class VariadicReduceOp(PrimitiveOp):
             ir = np.transpose(i, kept + sorted(dims)).reshape(out_shape + (n,))
             v0, i0 = np.asarray(v0)[()], np.asarray(i0)[()]
             if n == 0:
-                return np.full(out_shape, v0, x.dtype), np.full(out_shape, i0, i.dtype)
+                return np.full(out_shape, v0, dtype), np.full(out_shape, i0, i.dtype)
             m = xr.max(axis=-1) if computation == "argmax" else xr.min(axis=-1)  # NaN propagates
             hit = xr == m[..., None]
             if x.dtype.kind == "f":
@@ -1148,7 +1156,7 @@ class VariadicReduceOp(PrimitiveOp):
             if np.any(init_wins):
                 m = np.where(init_wins, v0, m)
                 idx = np.where(init_wins, i0, idx)
-            return np.asarray(m, x.dtype), np.asarray(idx, i.dtype)
+            return np.asarray(m, dtype), np.asarray(idx, i.dtype)
 
         return run
 

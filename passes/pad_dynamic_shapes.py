@@ -80,7 +80,7 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from xtpu.dialects import autodiff, hlo, hlo_control, tpu
 from xtpu.dialects.dynamic_shapes import SIZE_DTYPE, GetDimensionSizeOp, RealDynamicSliceOp, SetDimensionSizeOp
-from xtpu.dialects.hlo_indexing import VariadicReduceOp
+from xtpu.dialects.hlo_indexing import GatherOp, ScatterOp, VariadicReduceOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.passes._common import at
@@ -180,7 +180,7 @@ class _Padder:
         i, d = self.padded_operand(op)
         return self.fail(
             op,
-            f"has operand {i} padded along dimension {d} (replicate's maximum_shapes); "
+            f"has operand {i} padded along dimension {d} (a dynamic size: replicate's maximum_shapes or where(condition)); "
             f"tpu-pad-dynamic-shapes cannot make it exact on the real sizes{': ' + why if why else ''}",
         )
 
@@ -359,7 +359,7 @@ class _Padder:
             if high != 0 or interior != 0 or low < 0:
                 raise self.fail(
                     op,
-                    f"pads dimension {d}, which is padded to its real size (replicate's maximum_shapes), "
+                    f"pads dimension {d}, which is padded to its real size (a dynamic size: replicate's maximum_shapes or where(condition)), "
                     f"with high = {high}, interior = {interior}; tpu-pad-dynamic-shapes only supports "
                     "low padding of such a dimension",
                 )
@@ -587,12 +587,41 @@ class _Padder:
             if {d: id(x) for d, x in want.items()} != {d: id(x) for d, x in got.items()}:
                 raise self.fail(
                     op,
-                    f"carries loop value {k} padded along dimension(s) {sorted(want)} (replicate's "
-                    f"maximum_shapes), but its body yields it with {'other real sizes' if got else 'no real sizes'}; "
+                    f"carries loop value {k} padded along dimension(s) {sorted(want)} (a dynamic size: "
+                    f"replicate's maximum_shapes or where(condition)), but its body yields it with {'other real sizes' if got else 'no real sizes'}; "
                     "tpu-pad-dynamic-shapes needs a loop to keep each padded value's real size",
                 )
             if want:
                 self.sizes[r] = want
+
+    def gather(self, op: GatherOp) -> None:
+        """A gather of rows whose indices are padded (``gather_nd(x,
+        where(c))``): the result's batch dimensions take the indices' real
+        sizes.  A padded operand, or a padded index vector, is refused."""
+        p = op.params()
+        if self.sizes.get(op.operand):
+            raise self.unsupported(op, "the gathered operand itself is padded")
+        src = self.sizes[op.start_indices]
+        ivd = p["index_vector_dim"]
+        if ivd in src:
+            raise self.unsupported(op, "the index vector dimension is padded")
+        batch_in = [d for d in range(len(_shape(op.start_indices))) if d != ivd]
+        batch_out = [d for d in range(len(_shape(op.result))) if d not in p["offset_dims"]]
+        self.sizes[op.result] = {o: src[i] for o, i in zip(batch_out, batch_in) if i in src}
+
+    def scatter(self, op: ScatterOp) -> None:
+        """A scatter whose indices are padded (a gather's gradient): the
+        padding's index rows become -1, out of range, so their updates are
+        dropped (StableHLO's scatter skips them).  A padded input is refused."""
+        p = op.params()
+        if self.sizes.get(op.input):
+            raise self.unsupported(op, "the scattered-into input itself is padded")
+        src = self.sizes.get(op.scatter_indices, {})
+        if p["index_vector_dim"] in src:
+            raise self.unsupported(op, "the index vector dimension is padded")
+        if src:
+            minus_one = self.const(-1, TensorSpec.of_type(op.scatter_indices.type).dtype)
+            op.operands[1] = self.fill_padding(op.scatter_indices, src, minus_one)
 
     def terminator(self, op: Operation) -> None:
         pass
@@ -638,6 +667,8 @@ _HANDLERS: list[tuple[type, Any]] = [
     (hlo.ReduceOp, _Padder.reduce),
     (VariadicReduceOp, _Padder.variadic_reduce),
     (hlo.DotGeneralOp, _Padder.dot_general),
+    (GatherOp, _Padder.gather),
+    (ScatterOp, _Padder.scatter),
     (hlo.SliceOp, _Padder.slice),
     (hlo.PadOp, _Padder.pad),
     (hlo.DynamicSliceOp, _Padder.dynamic_slice),

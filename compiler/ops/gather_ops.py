@@ -29,7 +29,9 @@ import numpy as np
 
 from xtpu.core.tracing import Tensor, bind, convert, read_if_variable
 from xtpu.dialects import hlo
+from xtpu.dialects.dynamic_shapes import SIZE_DTYPE, SetDimensionSizeOp
 from xtpu.dialects.hlo_indexing import GatherOp, ScatterOp, SortOp, VariadicReduceOp
+from xtpu.dialects.tensor_spec import FLOAT_DTYPES, INT_DTYPES, is_float_dtype
 from xtpu.ops import math_ops
 from xtpu.ops.array_ops import concat
 from xtpu.ops.core import (
@@ -44,6 +46,8 @@ from xtpu.ops.core import (
 )
 
 INDEX_DTYPES = ("int32", "int64")
+#: What sort, argsort, top_k, argmax and argmin take: every float and integer dtype (TF's real numbers).
+SORTABLE_DTYPES = FLOAT_DTYPES + INT_DTYPES
 
 
 def _indices(indices: Any, op: str) -> Any:
@@ -512,7 +516,7 @@ def one_hot(
 def _arg_reduce(x: Any, axis: Any, output_type: Any, computation: str, op: str) -> Any:
     x = convert(read_if_variable(x))
     dt, shape = dtype_of(x), shape_of(x)
-    if dt not in ("bfloat16", "float16", "float32", "float64", "int32", "int64"):
+    if dt not in SORTABLE_DTYPES:
         raise TypeError(f"{op}: input must be numeric, got {dt}")
     out_type = dtype_name(output_type)
     if out_type not in INDEX_DTYPES:
@@ -523,7 +527,7 @@ def _arg_reduce(x: Any, axis: Any, output_type: Any, computation: str, op: str) 
     if shape[ax] == 0:  # TF's ArgMax kernel refuses it too
         raise ValueError(f"{op}: reduction axis {ax} is empty in shape {list(shape)}")
     (iota,) = bind(hlo.IotaOp, [], iota_dimension=ax, shape=shape, dtype=out_type)
-    if dt.startswith(("float", "bfloat")):
+    if is_float_dtype(dt):
         init = -np.inf if computation == "argmax" else np.inf
     else:
         info = np.iinfo(dt)
@@ -575,7 +579,7 @@ def sort(values: Any, axis: int = -1, direction: str = "ASCENDING", name: str | 
       TypeError: strings or bools.
     """
     v = convert(read_if_variable(values))
-    if dtype_of(v) not in ("float32", "float64", "int32", "int64"):
+    if dtype_of(v) not in SORTABLE_DTYPES:
         raise TypeError(f"sort: values must be numeric, got {dtype_of(v)}")
     d = _direction(direction, "sort")
     shape = shape_of(v)
@@ -597,7 +601,7 @@ def argsort(
       ValueError / TypeError: as :func:`sort`.
     """
     v = convert(read_if_variable(values))
-    if dtype_of(v) not in ("float32", "float64", "int32", "int64"):
+    if dtype_of(v) not in SORTABLE_DTYPES:
         raise TypeError(f"argsort: values must be numeric, got {dtype_of(v)}")
     d = _direction(direction, "argsort")
     shape = shape_of(v)
@@ -627,7 +631,7 @@ def top_k(input: Any, k: Any = 1, sorted: bool = True, index_type: Any = "int32"
       TypeError: a traced ``k``; a non-numeric input.
     """
     x = convert(read_if_variable(input))
-    if dtype_of(x) not in ("float32", "float64", "int32", "int64"):
+    if dtype_of(x) not in SORTABLE_DTYPES:
         raise TypeError(f"top_k: input must be numeric, got {dtype_of(x)}")
     shape = shape_of(x)
     if not shape:
@@ -698,28 +702,65 @@ def in_top_k(targets: Any, predictions: Any, k: Any, name: str | None = None) ->
 def where(condition: Any, x: Any = None, y: Any = None, name: str | None = None) -> Any:
     """``x`` where ``condition`` else ``y``, the three broadcast together
     (tf.where, TF 2's where_v2; StableHLO select).  With ``x`` and ``y``
-    None: the int64 coordinates ``[N, rank]`` of the true elements, eagerly
-    only (their number is not static).
+    None: the int64 coordinates ``[N, rank]`` of the ``N`` true elements in
+    row-major order (tf.where's one-argument form).
+
+    Compiled, ``N`` depends on the data: as TF's XLA bridge does (its
+    ``Where`` kernel), the result is a bounded dynamic shape, padded to the
+    number of elements of ``condition`` with its real row count set by
+    ``hlo.set_dimension_size``; ``tpu-pad-dynamic-shapes`` keeps the ops
+    that read it exact (reductions, ``gather_nd`` of its rows, ``tf.shape``)
+    and ``replicate`` returns each replica's result with its real row
+    count.  Built from one stable ``hlo.sort`` of the flattened condition
+    (true first) with an iota: O(size log size).
 
     Raises:
       TypeError: ``condition`` is not bool, or x / y dtypes differ.
-      ValueError: the shapes do not broadcast; only one of x, y given; the
-        coordinates form inside a replicated computation.
+      ValueError: the shapes do not broadcast; only one of x, y given.
     """
     c = convert(read_if_variable(condition))
     if dtype_of(c) != "bool":
         raise TypeError(f"where: condition must be bool, got {dtype_of(c)}")
     if x is None and y is None:
         if isinstance(c, Tensor):
-            raise ValueError(
-                "where(condition) has a data-dependent shape; inside a replicated computation give x and y"
-            )
+            return _where_coordinates(c)
         return np.argwhere(np.asarray(c)).astype(np.int64)
     if x is None or y is None:
         raise ValueError("where: x and y must both be given, or both be None")
     xv, yv = unify([x, y], "where")
     shape = broadcast_shapes(shape_of(c), shape_of(xv), shape_of(yv), op="where")
     (out,) = bind(hlo.SelectOp, [broadcast_to(c, shape), broadcast_to(xv, shape), broadcast_to(yv, shape)])
+    return out
+
+
+def _where_coordinates(c: Tensor) -> Tensor:
+    """The traced one-argument ``where``: every element's coordinates,
+    those of the true elements first in row-major order (a stable sort on
+    ``not c``), their count as the real size of dimension 0."""
+    shape = shape_of(c)
+    n = int(np.prod(shape, dtype=np.int64))
+    (flat,) = bind(hlo.ReshapeOp, [c], shape=(n,))
+    (false_first,) = bind(hlo.NotOp, [flat])
+    (key,) = bind(hlo.ConvertOp, [false_first], dtype="int32")
+    (iota,) = bind(hlo.IotaOp, [], iota_dimension=0, shape=(n,), dtype="int64")
+    _, order = _sort_along([key, iota], 0, ("LT",))
+    columns, rest = [], order
+    for d in reversed(range(len(shape))):  # row-major: the last dimension varies fastest
+        col = rest
+        if d:
+            size = broadcast_to(scalar(shape[d], "int64"), (n,))
+            (rest,) = bind(hlo.DivideOp, [col, size])
+            (back,) = bind(hlo.MultiplyOp, [rest, size])
+            (col,) = bind(hlo.SubtractOp, [col, back])
+        (col,) = bind(hlo.ReshapeOp, [col], shape=(n, 1))
+        columns.insert(0, col)
+    coords = columns[0] if len(columns) == 1 else concat(columns, axis=1)
+    if not shape:
+        coords = broadcast_to(scalar(0, "int64"), (1, 0))
+    (count,) = bind(hlo.ConvertOp, [flat], dtype=SIZE_DTYPE)
+    (count,) = bind(hlo.ReduceOp, [count, scalar(0, SIZE_DTYPE)], computation="add", dimensions=(0,))
+    (out,) = bind(SetDimensionSizeOp, [coords, count], dimension=0)
+    c.trace.padded = True
     return out
 
 

@@ -332,7 +332,7 @@ def trace(computation: Callable, sig: Signature) -> tuple[ModuleOp, pytree.TreeD
                 out_tensors.append(convert(leaf))
             except TypeError as e:
                 raise TypeError(f"output {j} of the computation cannot be a tensor: {e}") from None
-        if sig.dynamic:  # each output's real sizes, to return it unpadded
+        if tr.padded:  # each output's real sizes, to return it unpadded
             out_tensors += [
                 tr.emit(GetDimensionSizeOp, [t], {"dimension": d})[0] for t in list(out_tensors) for d in range(t.ndim)
             ]
@@ -452,6 +452,10 @@ class Compiled:
         self.stages = stages
         self.executable = Executable(module, timeout=timeout)
         self._plain = _plain_specs(sig)
+        # The program yields each output's real sizes after the outputs: its
+        # inputs were padded (maximum_shapes) or an op made a dynamic size
+        # (the one-argument where).
+        self._sized = len(module.body.block.first_op.function_type.outputs) != sig.num_replicas * out_tree.num_leaves
 
     def as_text(self, dialect: str | None = None, *, generic: bool = False) -> str:
         """The lowered module as MLIR text: xtpu's dialects (default), or with
@@ -496,7 +500,7 @@ class Compiled:
         args = [flat[r][i] for i in range(k) for r in range(n)]
         outs = self.executable.run(args, checked=checked)
         m = len(outs) // n if n else 0
-        if self.signature.dynamic:  # slice each output to its real sizes
+        if self._sized:  # slice each output to its real sizes
             m = self.out_tree.num_leaves
             return [pytree.unflatten(self.out_tree, _real_outputs(outs, m, n, r)) for r in range(n)]
         return [pytree.unflatten(self.out_tree, [outs[j * n + r] for j in range(m)]) for r in range(n)]

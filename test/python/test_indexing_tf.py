@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -54,6 +55,9 @@ OPS = {
     "argsort": xtpu.argsort,
     "top_k": xtpu.math.top_k,
     "in_top_k": xtpu.math.in_top_k,
+    "where": xtpu.where,
+    "where_gather_nd": lambda c, x: xtpu.gather_nd(x, xtpu.where(c)),
+    "where_gather_nd_sq": lambda c, x: xtpu.math.reduce_sum(xtpu.math.square(xtpu.gather_nd(x, xtpu.where(c)))),
 }
 STATIC_INPUTS = {"segment_sum": (1,)}  # its row count depends on the ids' values
 
@@ -284,3 +288,65 @@ def test_errors_name_the_op():
         xtpu.argsort(np.zeros(4), direction="UP")
     with pytest.raises(ValueError, match="argmax: reduction axis 0 is empty"):
         xtpu.math.argmax(np.zeros((0, 2)))
+
+
+def test_where_compiled_gives_each_replica_its_own_row_count():
+    """tf.where(condition) compiled is a bounded dynamic shape (TF's XLA
+    Where): each replica's coordinates come back with its real row count,
+    equal to numpy's argwhere (tf.where's documented result), and
+    tf.shape / gather_nd / reduce_sum read the real rows only."""
+    rng = np.random.default_rng(7)
+    conds = [rng.random((3, 4)) < p for p in (0.0, 0.3, 0.8, 1.0)]
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+
+    def step(c, x):
+        w = xtpu.where(c)
+        return w, xtpu.shape(w), xtpu.math.reduce_sum(xtpu.gather_nd(x, w)), xtpu.size(w)
+
+    out = xtpu.replicate(step, [[c, x] for c in conds])
+    for c, (w, shape, total, size) in zip(conds, out):
+        want = np.argwhere(c)
+        assert w.dtype == np.int64
+        np.testing.assert_array_equal(w, want)
+        np.testing.assert_array_equal(shape, want.shape)
+        assert int(size) == want.size
+        np.testing.assert_allclose(total, x[c].sum(), rtol=1e-6)
+    text = xtpu.lower(step, [[conds[1], x]]).as_text()
+    assert "hlo.set_dimension_size" in text and "hlo.sort" in text
+
+
+def test_where_compiled_inside_a_strategy_function():
+    s = xtpu.TPUStrategy(xtpu.TPUClusterResolver(num_cores=2))
+    c = np.array([[True, False], [False, True]])
+
+    @xtpu.function
+    def step(c):
+        return s.run(lambda c: xtpu.where(c), args=(c,))
+
+    got = s.experimental_local_results(step(c))
+    assert len(got) == 2
+    for w in got:
+        np.testing.assert_array_equal(w, np.argwhere(c))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_low_precision_sorts_in_float_order_with_nan_last(dtype):
+    """bfloat16 keys sort as their float32 values (numpy cannot order
+    ml_dtypes' bfloat16 itself), NaN last in both directions (XLA's and
+    numpy's order), ties in index order."""
+    np_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(np.float16)
+    x = np.array([[3.0, np.nan, -1.0, 2.0, -0.0, 0.0, 2.0, -np.inf]], np.float32).astype(np_dtype)
+    ref = x.astype(np.float32)
+    asc = np.argsort(ref, axis=-1, kind="stable")
+    desc = np.array([sorted(range(ref.shape[1]), key=lambda i: (np.isnan(ref[0, i]), -np.nan_to_num(ref[0, i])))])
+    for fn in (lambda v: xtpu.argsort(v), lambda v: xtpu.argsort(v, direction="DESCENDING")):
+        eager = np.asarray(fn(x))
+        (compiled,) = xtpu.replicate(lambda v, fn=fn: fn(v), [[x]])[0]
+        np.testing.assert_array_equal(compiled, eager)
+    np.testing.assert_array_equal(xtpu.argsort(x), asc)
+    np.testing.assert_array_equal(xtpu.argsort(x, direction="DESCENDING"), desc)
+    vals, idx = xtpu.math.top_k(x, k=3)
+    np.testing.assert_array_equal(idx, desc[:, :3])
+    assert np.asarray(vals).dtype == np_dtype
+    assert int(xtpu.math.argmax(x, axis=1)[0]) == 1  # NaN is the largest (XLA's argmax)
+    assert int(xtpu.math.argmin(x, axis=1)[0]) == 1  # and the smallest

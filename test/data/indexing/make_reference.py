@@ -54,6 +54,9 @@ OPS = {
     "argsort": tf.argsort,
     "top_k": tf.math.top_k,
     "in_top_k": tf.math.in_top_k,
+    "where": tf.where,
+    "where_gather_nd": lambda c, x: tf.gather_nd(x, tf.where(c)),
+    "where_gather_nd_sq": lambda c, x: tf.reduce_sum(tf.square(tf.gather_nd(x, tf.where(c)))),
 }
 
 
@@ -247,6 +250,38 @@ CASES: list[tuple[str, str, list, dict, list[int]]] = [
         [],
     ),
     ("in_top_k-k2", "in_top_k", [i64(0, 2, 1), np.array([[1, 3, 3], [2, 0, 2], [5, 4, 4]], np.float32)], {"k": 2}, []),
+]
+
+# Cases added later draw from their own generator, so the ones above keep their values.
+rng2 = np.random.default_rng(20261128)
+
+
+def coin(*shape, p=0.5):
+    return rng2.random(shape) < p
+
+
+CASES += [
+    # tf.where(condition): the true elements' coordinates, row-major; compiled as a bounded dynamic shape.
+    ("where-2d", "where", [coin(3, 4)], {}, []),
+    ("where-1d", "where", [coin(7)], {}, []),
+    ("where-3d", "where", [coin(2, 3, 4, p=0.3)], {}, []),
+    ("where-none", "where", [np.zeros((2, 3), bool)], {}, []),
+    ("where-all", "where", [np.ones((2, 2), bool)], {}, []),
+    ("where-gather_nd", "where_gather_nd", [coin(3, 5), rng2.standard_normal((3, 5)).astype(np.float32)], {}, []),
+    (
+        "where-gather_nd-sq",
+        "where_gather_nd_sq",
+        [coin(4, 3), rng2.standard_normal((4, 3)).astype(np.float32)],
+        {},
+        [1],
+    ),
+    # The low-precision and narrow integer dtypes (issue 28's) through sort, top_k and the arg reductions.
+    ("sort-f16", "sort", [(rng2.permutation(12) * 0.5 - 3).reshape(3, 4).astype(np.float16)], {}, [0]),
+    ("argsort-uint8-desc", "argsort", [rng2.integers(0, 4, (2, 9)).astype(np.uint8)], {"direction": "DESCENDING"}, []),
+    ("top_k-int8", "top_k", [rng2.integers(-100, 100, (3, 8)).astype(np.int8)], {"k": 3}, []),
+    ("top_k-f16-ties", "top_k", [rng2.integers(0, 3, (2, 6)).astype(np.float16)], {"k": 4}, [0]),
+    ("argmax-uint16", "argmax", [rng2.integers(0, 3, (3, 5)).astype(np.uint16)], {"axis": 1}, []),
+    ("argmin-f16", "argmin", [rng2.integers(0, 3, (4, 3)).astype(np.float16)], {}, []),
 ]
 
 

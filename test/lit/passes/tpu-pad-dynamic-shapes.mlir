@@ -195,7 +195,7 @@ func.func @if_results_keep_the_real_size(%a: tensor<4xf32>, %na: tensor<i32>, %c
 
 // -----
 
-// CHECK: 'hlo.while' op carries loop value 0 padded along dimension(s) [0] (replicate's maximum_shapes), but its body yields it with no real sizes; tpu-pad-dynamic-shapes needs a loop to keep each padded value's real size
+// CHECK: 'hlo.while' op carries loop value 0 padded along dimension(s) [0] (a dynamic size: replicate's maximum_shapes or where(condition)), but its body yields it with no real sizes; tpu-pad-dynamic-shapes needs a loop to keep each padded value's real size
 func.func @while_body_loses_the_real_size(%a: tensor<4xf32>, %na: tensor<i32>) {
   %r = tpu.replicate([%a] as %x: tensor<4xf32>, [%na] as %n: tensor<i32>) {n = 1 : i64} {
     %p = hlo.set_dimension_size %x, %n, dim = 0 : (tensor<4xf32>, tensor<i32>) -> tensor<4xf32>
@@ -215,7 +215,7 @@ func.func @while_body_loses_the_real_size(%a: tensor<4xf32>, %na: tensor<i32>) {
 
 // -----
 
-// CHECK: 'hlo.pad' op pads dimension 0, which is padded to its real size (replicate's maximum_shapes), with high = 2, interior = 0; tpu-pad-dynamic-shapes only supports low padding of such a dimension
+// CHECK: 'hlo.pad' op pads dimension 0, which is padded to its real size (a dynamic size: replicate's maximum_shapes or where(condition)), with high = 2, interior = 0; tpu-pad-dynamic-shapes only supports low padding of such a dimension
 func.func @pad_after_the_padding(%a: tensor<4xf32>, %na: tensor<i32>) {
   %r = tpu.replicate([%a] as %x: tensor<4xf32>, [%na] as %n: tensor<i32>) {n = 1 : i64} {
     %p = hlo.set_dimension_size %x, %n, dim = 0 : (tensor<4xf32>, tensor<i32>) -> tensor<4xf32>
@@ -228,7 +228,7 @@ func.func @pad_after_the_padding(%a: tensor<4xf32>, %na: tensor<i32>) {
 
 // -----
 
-// CHECK: 'hlo.reshape' op (at model.py:7) has operand 0 padded along dimension 0 (replicate's maximum_shapes); tpu-pad-dynamic-shapes cannot make it exact on the real sizes: a reshape of [8] to [4, 2] splits padded dimension 0
+// CHECK: 'hlo.reshape' op (at model.py:7) has operand 0 padded along dimension 0 (a dynamic size: replicate's maximum_shapes or where(condition)); tpu-pad-dynamic-shapes cannot make it exact on the real sizes: a reshape of [8] to [4, 2] splits padded dimension 0
 func.func @reshape_splitting_a_padded_dimension(%a: tensor<8xf32>, %na: tensor<i32>) {
   %r = tpu.replicate([%a] as %x: tensor<8xf32>, [%na] as %n: tensor<i32>) {n = 1 : i64} {
     %p = hlo.set_dimension_size %x, %n, dim = 0 : (tensor<8xf32>, tensor<i32>) -> tensor<8xf32>
@@ -257,7 +257,7 @@ func.func @if_branches_of_different_real_sizes(%a: tensor<4xf32>, %na: tensor<i3
 
 // -----
 
-// CHECK: 'hlo.reshape' op has operand 0 padded along dimension 0 (replicate's maximum_shapes); tpu-pad-dynamic-shapes cannot make it exact on the real sizes: dimensions [0, 1] are padded and merged into one
+// CHECK: 'hlo.reshape' op has operand 0 padded along dimension 0 (a dynamic size: replicate's maximum_shapes or where(condition)); tpu-pad-dynamic-shapes cannot make it exact on the real sizes: dimensions [0, 1] are padded and merged into one
 func.func @two_padded_dimensions_merged(%a: tensor<4x2xf32>, %na: tensor<i32>, %nb: tensor<i32>) {
   %r = tpu.replicate([%a] as %x: tensor<4x2xf32>, [%na] as %n: tensor<i32>, [%nb] as %m: tensor<i32>) {n = 1 : i64} {
     %p = hlo.set_dimension_size %x, %n, dim = 0 : (tensor<4x2xf32>, tensor<i32>) -> tensor<4x2xf32>
@@ -415,6 +415,46 @@ func.func @while_carries_the_real_size(%a: tensor<4xf32>, %na: tensor<i32>) {
     %t = hlo.reduce(%w init : %z2) applies add across dimensions = [0] : (tensor<4xf32>, tensor<f32>) -> tensor<f32>
     %k = hlo.get_dimension_size %w, dim = 0 : (tensor<4xf32>) -> tensor<i32>
     tpu.yield %t, %k : tensor<f32>, tensor<i32>
+  }
+  func.return
+}
+
+// -----
+
+// Indices with a dynamic row count (the one-argument where, gather_nd of its
+// rows): the gather's result takes their real size, so the sum over it masks
+// the padding; the scatter-add of its gradient drops the padding's rows
+// (their index rows become -1, out of range, which StableHLO's scatter skips).
+// CHECK-LABEL: func @gather_and_scatter_of_padded_indices
+// CHECK:         %g = hlo.gather %x[%i0]
+// CHECK:         %[[GM:.*]] = hlo.select %{{.*}}, %g, %{{.*}} : (tensor<6xi1>, tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>
+// CHECK-NEXT:    %s = hlo.reduce(%[[GM]] init : %zero) applies add across dimensions = [0]
+// CHECK:         %[[M1:.*]] = hlo.constant dense<-1> : tensor<i64>
+// CHECK-NEXT:    %[[I:.*]] = hlo.iota dim = 0 : tensor<6x2xi32>
+// CHECK:         %[[IM:.*]] = hlo.select %{{.*}}, %i0, %{{.*}} : (tensor<6x2xi1>, tensor<6x2xi64>, tensor<6x2xi64>) -> tensor<6x2xi64>
+// CHECK-NEXT:    %sc = hlo.scatter %x[%[[IM]]], %g applies add
+// CHECK-NOT:     hlo.set_dimension_size
+func.func @gather_and_scatter_of_padded_indices(%a: tensor<2x3xf32>, %i: tensor<6x2xi64>, %k: tensor<i32>) {
+  %r:2 = tpu.replicate([%a] as %x: tensor<2x3xf32>, [%i] as %i0: tensor<6x2xi64>, [%k] as %n: tensor<i32>) {n = 1 : i64} {
+    %idx = hlo.set_dimension_size %i0, %n, dim = 0 : (tensor<6x2xi64>, tensor<i32>) -> tensor<6x2xi64>
+    %g = hlo.gather %x[%idx] offset_dims = [], collapsed_slice_dims = [0, 1], operand_batching_dims = [], start_indices_batching_dims = [], start_index_map = [0, 1], index_vector_dim = 1, slice_sizes = [1, 1] : (tensor<2x3xf32>, tensor<6x2xi64>) -> tensor<6xf32>
+    %zero = hlo.constant dense<0.000000e+00> : tensor<f32>
+    %s = hlo.reduce(%g init : %zero) applies add across dimensions = [0] : (tensor<6xf32>, tensor<f32>) -> tensor<f32>
+    %sc = hlo.scatter %x[%idx], %g applies add update_window_dims = [], inserted_window_dims = [0, 1], input_batching_dims = [], scatter_indices_batching_dims = [], scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 1 : (tensor<2x3xf32>, tensor<6x2xi64>, tensor<6xf32>) -> tensor<2x3xf32>
+    tpu.yield %s, %sc : tensor<f32>, tensor<2x3xf32>
+  }
+  func.return
+}
+
+// -----
+
+// A gather from a padded operand is refused, naming the op and the operand.
+func.func @gather_of_a_padded_operand(%a: tensor<8x3xf32>, %i: tensor<2x1xi32>, %k: tensor<i32>) {
+  %r = tpu.replicate([%a] as %x: tensor<8x3xf32>, [%i] as %idx: tensor<2x1xi32>, [%k] as %n: tensor<i32>) {n = 1 : i64} {
+    %p = hlo.set_dimension_size %x, %n, dim = 0 : (tensor<8x3xf32>, tensor<i32>) -> tensor<8x3xf32>
+    // expected-error @+1 {{'hlo.gather' op has operand 0 padded along dimension 0 (a dynamic size: replicate's maximum_shapes or where(condition)); tpu-pad-dynamic-shapes cannot make it exact on the real sizes: the gathered operand itself is padded}}
+    %g = hlo.gather %p[%idx] offset_dims = [1], collapsed_slice_dims = [0], operand_batching_dims = [], start_indices_batching_dims = [], start_index_map = [0], index_vector_dim = 1, slice_sizes = [1, 3] : (tensor<8x3xf32>, tensor<2x1xi32>) -> tensor<2x3xf32>
+    tpu.yield %g : tensor<2x3xf32>
   }
   func.return
 }
