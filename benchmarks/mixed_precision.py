@@ -164,7 +164,8 @@ def main(argv=None) -> None:
         nbytes = all_reduce_bytes(fn)
         t = measure(fn, args.repeats, args.inner)
         base = base or t
-        loss = float(np.asarray(fn().values[0]))
+        out = fn()
+        loss = float(np.asarray(getattr(out, "values", (out,))[0]))
         print(
             f"  xtpu {name:34s} {1e3 * t:8.2f} ms/step ({t / base:4.2f}x float32)  "
             f"all-reduce {nbytes:>9,d} bytes/replica  loss {loss:.4f}"

@@ -26,6 +26,7 @@ from xtpu.ops.array_ops import reshape
 from xtpu.ops.core import broadcast_to, dtype_of, normalize_axes, scalar, shape_of, unify
 from xtpu.ops.gather_ops import one_hot
 from xtpu.ops.math_more import erf, log1p, rsqrt, squared_difference, stop_gradient
+from xtpu.ops.nn_ops import log_softmax
 from xtpu.ops.random_more import stateless_uniform_words
 
 FLOATS = hlo.FLOATS
@@ -187,12 +188,6 @@ def batch_normalization(
 # --------------------------------------------------------------------------
 
 
-def _log_softmax(x: Any, axis: int) -> Any:
-    m = stop_gradient(M.reduce_max(x, axis=axis, keepdims=True))
-    shifted = M.subtract(x, m)
-    return M.subtract(shifted, M.log(M.reduce_sum(M.exp(shifted), axis=axis, keepdims=True)))
-
-
 def sparse_softmax_cross_entropy_with_logits(labels: Any, logits: Any, name: str | None = None) -> Any:
     """``-log(softmax(logits)[label])`` per example
     (tf.nn.sparse_softmax_cross_entropy_with_logits): ``labels`` int
@@ -221,7 +216,7 @@ def sparse_softmax_cross_entropy_with_logits(labels: Any, logits: Any, name: str
         )
     dt = dtype_of(x)
     n = xs[-1]
-    logp = _log_softmax(x, len(xs) - 1)
+    logp = log_softmax(x, len(xs) - 1)
     hot = one_hot(lab, n, dtype=dt)
     loss = M.negative(M.reduce_sum(M.multiply(hot, logp), axis=len(xs) - 1))
     # Out-of-range labels: NaN (TF on GPU / TPU).
@@ -246,7 +241,7 @@ def softmax_cross_entropy_with_logits(labels: Any, logits: Any, axis: int = -1, 
             f"softmax_cross_entropy_with_logits: labels {list(shape_of(lab))} and logits {list(shape_of(x))} must have the same shape"
         )
     (ax,) = normalize_axes(axis, len(shape_of(x)), "softmax_cross_entropy_with_logits")
-    logp = _log_softmax(x, ax)
+    logp = log_softmax(x, ax)
     loss = M.negative(M.reduce_sum(M.multiply(lab, logp), axis=ax))
     # TF's gradient (_SoftmaxCrossEntropyWithLogitsGrad): ``softmax - labels``
     # to the logits, which assumes each row of labels sums to 1, and

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from xtpu.core.tracing import convert
+from xtpu.core.tracing import bind, convert
+from xtpu.dialects.autodiff import StopGradientOp
 from xtpu.ops import math_ops
 from xtpu.ops.core import dtype_of, normalize_axes, scalar, shape_of
 
@@ -22,21 +23,30 @@ def sigmoid(x: Any, name: str | None = None) -> Any:
     return math_ops.sigmoid(x)
 
 
+def _shift(x: Any, axis: int) -> Any:
+    """``x - max(x)`` along ``axis``, the gradient stopped at the max: the
+    shift cancels in softmax and log_softmax, so its gradient is zero in
+    exact arithmetic, and TF's SoftmaxGrad / LogSoftmaxGrad (``g - sum(g) *
+    softmax``) have no term for it; without the stop the gradient would
+    spend five passes over ``x`` (ties of the max) computing that zero."""
+    (m,) = bind(StopGradientOp, [math_ops.reduce_max(x, axis=axis, keepdims=True)])
+    return math_ops.subtract(x, m)
+
+
 def softmax(logits: Any, axis: int = -1, name: str | None = None) -> Any:
     """exp(x) / sum(exp(x)) along ``axis``, computed as exp(x - max(x)) for
     stability (tf.nn.softmax).  Float tensors only."""
     x = convert(logits)
     (axis,) = normalize_axes(axis, len(shape_of(x)), "softmax")
-    m = math_ops.reduce_max(x, axis=axis, keepdims=True)
-    e = math_ops.exp(math_ops.subtract(x, m))
+    e = math_ops.exp(_shift(x, axis))
     return math_ops.divide(e, math_ops.reduce_sum(e, axis=axis, keepdims=True))
 
 
 def log_softmax(logits: Any, axis: int = -1, name: str | None = None) -> Any:
-    """x - log(sum(exp(x))) along ``axis``, shifted by max(x) (tf.nn.log_softmax)."""
+    """x - log(sum(exp(x))) along ``axis``, shifted by max(x) (tf.nn.log_softmax).
+    Gradient: TF's ``g - sum(g) * softmax(x)``."""
     x = convert(logits)
     (axis,) = normalize_axes(axis, len(shape_of(x)), "log_softmax")
-    m = math_ops.reduce_max(x, axis=axis, keepdims=True)
-    shifted = math_ops.subtract(x, m)
+    shifted = _shift(x, axis)
     lse = math_ops.log(math_ops.reduce_sum(math_ops.exp(shifted), axis=axis, keepdims=True))
     return math_ops.subtract(shifted, lse)
