@@ -160,6 +160,33 @@ GATHER_PARAMS = (
 )
 
 
+def _check_index_batching(x, x_name, xbd, idx, idx_name, ibd, ivd, first_constraint):
+    """StableHLO's constraints on the batching dimensions of an indexed
+    operand (gather's C13-C17, scatter's C14-C18, numbered from
+    ``first_constraint``): the index batching dimensions unique, in range,
+    not the index vector dimension, as many as the operand's, each pair of
+    one size."""
+    c = first_constraint
+    if not _unique(ibd):
+        raise _c(f"C{c}", f"{idx_name}_batching_dims {list(ibd)} must be unique")
+    if not _in_range(ibd, idx.rank):
+        raise _c(f"C{c + 1}", f"{idx_name}_batching_dims {list(ibd)} out of range for {idx_name} {idx}")
+    if ivd in ibd:
+        raise _c(f"C{c + 2}", f"index_vector_dim {ivd} must not be a {idx_name}_batching_dim")
+    if len(xbd) != len(ibd):
+        raise _c(
+            f"C{c + 3}",
+            f"{x_name}_batching_dims {list(xbd)} and {idx_name}_batching_dims {list(ibd)} must have one size",
+        )
+    for a, b in zip(xbd, ibd):
+        if x.shape[a] != idx.shape[b]:
+            raise _c(
+                f"C{c + 4}",
+                f"{x_name} batching dimension {a} (size {x.shape[a]}) and {idx_name} batching dimension "
+                f"{b} (size {idx.shape[b]}) must have one size",
+            )
+
+
 @irdl_op_definition
 class GatherOp(PrimitiveOp):
     """Slices of ``operand`` at the start indices in ``start_indices``
@@ -284,24 +311,7 @@ class GatherOp(PrimitiveOp):
             raise _c("C11", f"operand_batching_dims {list(obd)} out of range for the operand {x}")
         if any(sizes[d] > 1 for d in obd):
             raise _c("C12", f"slice_sizes {list(sizes)} must be at most 1 at operand_batching_dims {list(obd)}")
-        if not _unique(sibd):
-            raise _c("C13", f"start_indices_batching_dims {list(sibd)} must be unique")
-        if not _in_range(sibd, idx.rank):
-            raise _c("C14", f"start_indices_batching_dims {list(sibd)} out of range for start_indices {idx}")
-        if ivd in sibd:
-            raise _c("C15", f"index_vector_dim {ivd} must not be a start_indices_batching_dim")
-        if len(obd) != len(sibd):
-            raise _c(
-                "C16",
-                f"operand_batching_dims {list(obd)} and start_indices_batching_dims {list(sibd)} must have one size",
-            )
-        for a, b in zip(obd, sibd):
-            if x.shape[a] != idx.shape[b]:
-                raise _c(
-                    "C17",
-                    f"operand batching dimension {a} (size {x.shape[a]}) and start_indices batching dimension "
-                    f"{b} (size {idx.shape[b]}) must have one size",
-                )
+        _check_index_batching(x, "operand", obd, idx, "start_indices", sibd, ivd, first_constraint=13)
         if not _unique(sim + obd):
             raise _c("C18", f"start_index_map {list(sim)} and operand_batching_dims {list(obd)} must be unique")
         if not _in_range(sim, x.rank):
@@ -621,24 +631,7 @@ class ScatterOp(PrimitiveOp):
             raise _c("C12", f"input_batching_dims {list(ibd)} must be sorted")
         if not _in_range(ibd, x.rank):
             raise _c("C13", f"input_batching_dims {list(ibd)} out of range for the input {x}")
-        if not _unique(sibd):
-            raise _c("C14", f"scatter_indices_batching_dims {list(sibd)} must be unique")
-        if not _in_range(sibd, idx.rank):
-            raise _c("C15", f"scatter_indices_batching_dims {list(sibd)} out of range for scatter_indices {idx}")
-        if ivd in sibd:
-            raise _c("C16", f"index_vector_dim {ivd} must not be a scatter_indices_batching_dim")
-        if len(ibd) != len(sibd):
-            raise _c(
-                "C17",
-                f"input_batching_dims {list(ibd)} and scatter_indices_batching_dims {list(sibd)} must have one size",
-            )
-        for a, b in zip(ibd, sibd):
-            if x.shape[a] != idx.shape[b]:
-                raise _c(
-                    "C18",
-                    f"input batching dimension {a} (size {x.shape[a]}) and scatter_indices batching dimension "
-                    f"{b} (size {idx.shape[b]}) must have one size",
-                )
+        _check_index_batching(x, "input", ibd, idx, "scatter_indices", sibd, ivd, first_constraint=14)
         nvec = idx.shape[ivd] if ivd < idx.rank else 1
         if len(sdod) != nvec:
             raise _c(
