@@ -19,7 +19,15 @@ unigram baseline (the held-out perplexity of the training text's character
 frequencies), and a short sample at the end.  ``test_transformer.py``
 checks one step against the same model written in JAX.
 
-Run: ``python examples/train_transformer.py [--steps 300] [--replicas 8]``;
+``--precision mixed_bfloat16`` trains in TF's TPU mixed precision
+(``xtpu.keras.mixed_precision.set_global_policy("mixed_bfloat16")``):
+float32 variables read as bfloat16 inside the step, so the embedding, the
+matmuls and the residual stream are bfloat16 (float32 accumulation); as
+Keras and BERT's TPU code do, layer norm, the attention softmax and the
+loss compute in float32 (a bfloat16 softmax over a long row loses too
+many bits); the optimizer's slots and updates stay float32.
+
+Run: ``python examples/train_transformer.py [--steps 300] [--replicas 8] [--precision mixed_bfloat16]``;
 ``XTPU_EXAMPLE_STEPS=N`` overrides the default number of steps (the test
 suite runs a short form).  It exits with status 1 if the final held-out
 perplexity is not below ``--max-ratio`` times the unigram baseline.
@@ -127,9 +135,13 @@ def init_params(vocab: int, seq: int, dim: int, layers: int, seed: int) -> dict[
 
 
 def layer_norm(x, g, b, eps=1e-5):
-    """``(x - mean) / sqrt(var + eps) * g + b`` over the last axis."""
-    mean, var = xtpu.nn.moments(x, axes=[-1], keepdims=True)
-    return xtpu.nn.batch_normalization(x, mean, var, b, g, eps)
+    """``(x - mean) / sqrt(var + eps) * g + b`` over the last axis, in
+    float32 (Keras' LayerNormalization under a mixed policy), the result in
+    ``x``'s dtype."""
+    dtype = x.dtype
+    x32, g32, b32 = (xtpu.cast(v, xtpu.float32) for v in (x, g, b))
+    mean, var = xtpu.nn.moments(x32, axes=[-1], keepdims=True)
+    return xtpu.cast(xtpu.nn.batch_normalization(x32, mean, var, b32, g32, eps), dtype)
 
 
 def attention(x, p, prefix: str, heads: int):
@@ -145,8 +157,8 @@ def attention(x, p, prefix: str, heads: int):
     q, k, v = heads_first(q), heads_first(k), heads_first(v)
     scores = xtpu.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(dh))  # [B, H, T, T]
     causal = xtpu.cast(xtpu.linalg.band_part(xtpu.ones([t, t]), -1, 0), xtpu.bool_)
-    scores = xtpu.where(causal, scores, -1e9)
-    y = xtpu.matmul(xtpu.nn.softmax(scores), v)  # [B, H, T, Dh]
+    scores = xtpu.where(causal, xtpu.cast(scores, xtpu.float32), -1e9)  # the softmax in float32
+    y = xtpu.matmul(xtpu.cast(xtpu.nn.softmax(scores), v.dtype), v)  # [B, H, T, Dh]
     y = xtpu.reshape(xtpu.transpose(y, [0, 2, 1, 3]), [b, t, d])
     return xtpu.matmul(y, p[prefix + "w_o"]) + p[prefix + "b_o"]
 
@@ -165,7 +177,7 @@ def logits_fn(p, tokens, layers: int, heads: int):
         x = x + attention(layer_norm(x, p[pre + "ln1_g"], p[pre + "ln1_b"]), p, pre, heads)
         x = x + mlp(layer_norm(x, p[pre + "ln2_g"], p[pre + "ln2_b"]), p, pre)
     x = layer_norm(x, p["lnf_g"], p["lnf_b"])
-    return xtpu.matmul(x, p["wte"], transpose_b=True)  # tied output layer
+    return xtpu.cast(xtpu.matmul(x, p["wte"], transpose_b=True), xtpu.float32)  # tied output layer; float32 logits
 
 
 def per_token_loss(p, tokens, targets, layers: int, heads: int):
@@ -225,7 +237,8 @@ def train(args) -> int:
     print(
         f"pydoc_data.topics: {len(data.train) + len(data.held_out)} characters, vocabulary {data.vocab}; "
         f"model: {args.layers} layers, {args.heads} heads, dim {args.dim}, context {T}, "
-        f"{sum(v.size for v in params.values())} parameters; {R} replicas, global batch {args.batch}"
+        f"{sum(v.size for v in params.values())} parameters; {R} replicas, global batch {args.batch}, "
+        f"precision {args.precision}"
     )
     print(f"unigram baseline: held-out perplexity {baseline:.2f}")
     rng = np.random.default_rng(args.seed + 1)
@@ -290,8 +303,19 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sample", type=int, default=100, help="characters to sample at the end")
     ap.add_argument("--max-ratio", type=float, default=0.5, help="fail unless perplexity < ratio * unigram")
+    ap.add_argument(
+        "--precision",
+        choices=("float32", "mixed_bfloat16"),
+        default="float32",
+        help="mixed_bfloat16: TF's TPU mixed precision (float32 weights, bfloat16 compute)",
+    )
     args = ap.parse_args(argv)
-    return train(args)
+    previous = xtpu.keras.mixed_precision.global_policy()
+    xtpu.keras.mixed_precision.set_global_policy(args.precision)
+    try:
+        return train(args)
+    finally:
+        xtpu.keras.mixed_precision.set_global_policy(previous)
 
 
 if __name__ == "__main__":
