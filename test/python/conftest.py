@@ -26,6 +26,13 @@ def _environment_bin_dirs() -> list[str]:
 
 os.environ["PATH"] = os.pathsep.join(_environment_bin_dirs() + [os.environ.get("PATH", "")])
 
+# XLA's CPU client gets 8 devices (the exported programs of test_stablehlo_*,
+# test_fusion, ... run with up to 8 replicas), whichever test module imports
+# jax first: the flag only counts before jax is imported.
+_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+if "jax" not in sys.modules and _DEVICES_FLAG not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {_DEVICES_FLAG}=8").strip()
+
 
 @pytest.fixture
 def logdir(tmp_path):
