@@ -44,12 +44,13 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
     UnitAttr,
+    f64,
     i1,
     i64,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from xtpu.dialects import ccl, hlo, hlo_math, hlo_rounding, tpu
+from xtpu.dialects import ccl, hlo, hlo_indexing, hlo_math, hlo_rounding, tpu
 from xtpu.dialects.autodiff import CustomGradientOp, StopGradientOp
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
 from xtpu.dialects.fusion import FusionRegionOp, FusionYieldOp
@@ -183,10 +184,11 @@ def _export_divide(ex, op, xs):
     """Integer division by zero is implementation defined in StableHLO (XLA
     gives -1); xtpu's runtime gives numpy's 0, written out with ``select``s."""
     a, b = xs
-    if not TensorSpec.of_type(op.results[0].type).dtype.startswith("int"):
+    dtype = TensorSpec.of_type(op.results[0].type).dtype
+    if not dtype.startswith(("int", "uint")):
         return ex.emit("stablehlo.divide", xs, _result_types(op))
     zero = _splat(ex, 0, b)
-    is_zero = _compare(ex, b, zero, "EQ", "SIGNED")
+    is_zero = _compare(ex, b, zero, "EQ", _compare_kind(dtype))
     (safe,) = ex.emit("stablehlo.select", [is_zero, _splat(ex, 1, b), b], [b.type])
     (q,) = ex.emit("stablehlo.divide", [a, safe], _result_types(op))
     return ex.emit("stablehlo.select", [is_zero, zero, q], _result_types(op))
@@ -209,10 +211,17 @@ def _export_power(ex, op, xs):
     return ex.emit("stablehlo.select", [either, one, p], _result_types(op))
 
 
+def _compare_kind(dtype: str) -> str:
+    """StableHLO's ``compare_type`` for an element type: ``FLOAT``,
+    ``UNSIGNED`` (bool and unsigned integers) or ``SIGNED``."""
+    if dtype.startswith("float") or dtype == "bfloat16":
+        return "FLOAT"
+    return "UNSIGNED" if dtype == "bool" or dtype.startswith("uint") else "SIGNED"
+
+
 def _export_compare(ex, op, xs):
     direction = op.params()["comparison_direction"]
-    spec = TensorSpec.of_type(op.operands[0].type)
-    kind = "FLOAT" if spec.dtype.startswith("float") else ("UNSIGNED" if spec.dtype == "bool" else "SIGNED")
+    kind = _compare_kind(TensorSpec.of_type(op.operands[0].type).dtype)
     props = {
         "comparison_direction": S.enum_attr("comparison_direction", direction),
         "compare_type": S.enum_attr("comparison_type", kind),
@@ -517,10 +526,13 @@ def _reduction_kind(im, op) -> str:
 
 
 def _import_reduce(im, op, xs):
+    dims = tuple(im.attr(op, "dimensions").get_values())
+    if len(xs) == 4:
+        return im.bind(hlo_indexing.VariadicReduceOp, xs, computation=_arg_reduction(im, op), dimensions=dims)
     if len(xs) != 2:
-        im.refuse(op, f"reduces {len(xs) // 2} operands together (a variadic reduce), which xtpu does not have")
+        im.refuse(op, f"reduces {len(xs) // 2} operands together, which xtpu does not have (only argmax / argmin)")
     kind = _reduction_kind(im, op)
-    return im.bind(hlo.ReduceOp, xs, computation=kind, dimensions=tuple(im.attr(op, "dimensions").get_values()))
+    return im.bind(hlo.ReduceOp, xs, computation=kind, dimensions=dims)
 
 
 def _import_id(cls) -> Import:
@@ -653,6 +665,258 @@ def _import_identity(im, op, xs):
     return list(xs)
 
 
+# ---- indexing ops: gather, scatter, sort, argmax / argmin, top_k -------------------
+
+
+def _dimension_params(im, attr, keys: tuple[str, ...]) -> dict[str, Any]:
+    """``{key: (..), index_vector_dim: n}`` from ``#stablehlo.gather<...>`` /
+    ``#stablehlo.scatter<...>`` (missing fields are empty)."""
+    f = S.fields(attr)
+    out: dict[str, Any] = {k: S.int_list(f.get(k, "[]")) for k in keys}
+    out["index_vector_dim"] = int(f.get("index_vector_dim", "0"))
+    return out
+
+
+def _import_gather(im, op, xs):
+    """StableHLO's gather is xtpu's ``hlo.gather`` (the same dimension
+    numbers; start indices clamped into range on both sides)."""
+    params = _dimension_params(im, im.attr(op, "dimension_numbers"), _GATHER_KEYS)
+    params["slice_sizes"] = tuple(im.attr(op, "slice_sizes").get_values())
+    return im.bind(hlo_indexing.GatherOp, xs, **params)
+
+
+def _expr(im, v, names: dict) -> Any:
+    """A normal form of the scalar computation giving ``v`` inside a region
+    (block arguments named by ``names``): nested tuples of ``compare``
+    (operands ordered, the direction flipped to match), ``and`` / ``or``
+    (operands sorted), ``not``, ``select`` and constants; JAX's
+    canonicalization of a sort key (``-0.0`` to ``0.0``, every NaN to one
+    NaN: xtpu's order already treats them so) is dropped."""
+    if v in names:
+        return names[v]
+    owner = v.owner
+    if not isinstance(owner, Operation):
+        return ("?",)
+    name = im.op_name(owner)
+    args = [_expr(im, x, names) for x in owner.operands]
+    if name == "stablehlo.compare":
+        d = S.enum_value(im.attr(owner, "comparison_direction"))
+        a, b = args
+        if repr(a) > repr(b):
+            a, b, d = b, a, {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE"}.get(d, d)
+        return ("cmp", d, a, b)
+    if name in ("stablehlo.and", "stablehlo.or"):
+        return (name[10:], *sorted(args, key=repr))
+    if name == "stablehlo.not":
+        return ("not", args[0])
+    if name == "stablehlo.constant":
+        arr = np.asarray(array_from_dense(im.attr(owner, "value")))
+        return ("const", "nan" if arr.dtype.kind == "f" and np.isnan(arr).all() else repr(arr.tolist()))
+    if name == "stablehlo.select":
+        p, t, f = args
+        # JAX's canonical sort key: select(x != x, NaN, select(x == 0, 0, x)) is x.
+        if (
+            p[:2] == ("cmp", "NE")
+            and p[2] == p[3]
+            and t == ("const", "nan")
+            and f[0] == "select"
+            and f[1][:2] == ("cmp", "EQ")
+            and f[2][0] == "const"
+            and f[1][2:] in ((p[2], f[2]), (f[2], p[2]))
+            and f[3] == p[2]
+        ):
+            return p[2]
+        return ("select", p, t, f)
+    return ("?", name)
+
+
+def _norm(e: Any) -> Any:
+    """:func:`_expr`'s normal form of an expression written by hand."""
+    if not isinstance(e, tuple) or e[0] not in ("cmp", "and", "or", "not", "select"):
+        return e
+    if e[0] == "cmp":
+        _, d, a, b = e
+        a, b = _norm(a), _norm(b)
+        if repr(a) > repr(b):
+            a, b, d = b, a, {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE"}.get(d, d)
+        return ("cmp", d, a, b)
+    if e[0] in ("and", "or"):
+        return (e[0], *sorted((_norm(x) for x in e[1:]), key=repr))
+    return (e[0], *(_norm(x) for x in e[1:]))
+
+
+def _orders(a: str, b: str, direction: str, nan_first: bool = False) -> tuple[list, list]:
+    """The forms of "``a`` before ``b``" and "``a`` tied with ``b``" under
+    ``direction`` that xtpu's order (NaN last, or first) matches: a plain
+    compare (integers; floats, where NaN is then JAX's or the comparator's
+    concern) and xtpu's own export with NaN written out."""
+    nan_a, nan_b = ("cmp", "NE", a, a), ("cmp", "NE", b, b)
+    first, second = (nan_b, nan_a) if nan_first else (nan_a, nan_b)
+    before = [("cmp", direction, a, b), ("or", ("cmp", direction, a, b), ("and", ("not", first), second))]
+    tie = [("cmp", "EQ", a, b), ("or", ("cmp", "EQ", a, b), ("and", nan_a, nan_b))]
+    return [_norm(e) for e in before], [_norm(e) for e in tie]
+
+
+def _sort_keys(im, op) -> list[tuple[int, str]]:
+    """The keys of a sort comparator, in order: ``(operand, "LT" | "GT")``.
+    A comparator xtpu reads is a lexicographic chain ``before_0 or (tie_0
+    and (before_1 or ...))`` of compares between an operand's two block
+    arguments (JAX's ``_sort_lt_comparator``, TOTALORDER after its
+    canonicalization, and xtpu's own export)."""
+    block = op.regions[0].block
+    ret = block.last_op
+    names = {a: f"{'ab'[i % 2]}{i // 2}" for i, a in enumerate(block.args)}
+    if ret is None or len(ret.operands) != 1:
+        im.refuse(op, "has a comparator that returns other than one boolean")
+    n = len(op.operands)
+
+    def key(e):
+        for i in range(n):
+            for d in ("LT", "GT"):
+                if e in _orders(f"a{i}", f"b{i}", d)[0]:
+                    return (i, d)
+        return None
+
+    def chain(e):
+        k = key(e)
+        if k is not None:
+            return [k]
+        if e[0] == "or" and len(e) == 3:
+            for first, rest in ((e[1], e[2]), (e[2], e[1])):
+                k = key(first)
+                if k is None or rest[0] != "and" or len(rest) != 3:
+                    continue
+                ties = _orders(f"a{k[0]}", f"b{k[0]}", k[1])[1]
+                for t, more in ((rest[1], rest[2]), (rest[2], rest[1])):
+                    if t in ties and (tail := chain(more)) is not None:
+                        return [k, *tail]
+        return None
+
+    keys = chain(_expr(im, ret.operands[0], names))
+    if keys is None or len({i for i, _ in keys}) != len(keys):
+        im.refuse(
+            op,
+            "has a comparator xtpu does not read (xtpu sorts by keys compared LT or GT in order, "
+            "lexicographically: JAX's comparators and xtpu's own)",
+        )
+    return keys
+
+
+def _import_sort(im, op, xs):
+    """xtpu's ``hlo.sort`` with the comparator's keys first (the operands
+    reordered around it when the keys are not the first ones).  xtpu's
+    order puts NaN last and ``-0.0`` with ``0.0`` (numpy's), which is JAX's
+    (its comparator canonicalizes both before a TOTALORDER compare); a
+    comparator that compares TOTALORDER without canonicalizing would order
+    ``-0.0`` before ``0.0`` and negative NaN first: xtpu keeps them
+    tied / last.  Always stable."""
+    keys = _sort_keys(im, op)
+    dim = im.attr(op, "dimension").value.data
+    order = [i for i, _ in keys] + [i for i in range(len(xs)) if i not in {k for k, _ in keys}]
+    outs = im.bind(
+        hlo_indexing.SortOp,
+        [xs[i] for i in order],
+        dimension=dim,
+        is_stable=True,
+        comparison_directions=tuple(d for _, d in keys),
+    )
+    back = [None] * len(xs)
+    for pos, i in enumerate(order):
+        back[i] = outs[pos]
+    return back
+
+
+def _import_top_k(im, op, xs):
+    """``chlo.top_k(x, k)`` (what JAX's ``lax.top_k`` lowers to): the ``k``
+    largest along the last dimension, the lower index first on ties, and
+    their indices (int32): a stable descending ``hlo.sort`` of ``x`` with an
+    iota, then the first ``k``.  NaN comes first (XLA's order, TOTALORDER:
+    NaN above +inf); ``-0.0`` and ``0.0`` tie (XLA puts ``0.0`` first)."""
+    (x,) = xs
+    k = int(im.attr(op, "k").value.data)
+    shape = im.spec(x).shape
+    if not shape:
+        im.refuse(op, "takes a scalar; top_k needs a dimension")
+    axis = len(shape) - 1
+    (iota,) = im.bind(hlo.IotaOp, [], iota_dimension=axis, shape=shape, dtype="int32")
+    if im.spec(x).dtype.startswith(("float", "bfloat")):
+        # NaN first, as XLA's TOTALORDER puts (positive) NaN above +inf.
+        (nan,) = im.bind(hlo.CompareOp, [x, x], comparison_direction="NE")
+        _, values, idx = im.bind(
+            hlo_indexing.SortOp, [nan, x, iota], dimension=axis, is_stable=True, comparison_directions=("GT", "GT")
+        )
+    else:
+        values, idx = im.bind(
+            hlo_indexing.SortOp, [x, iota], dimension=axis, is_stable=True, comparison_directions=("GT",)
+        )
+    limit = shape[:-1] + (k,)
+    out = []
+    for v in (values, idx):
+        (s,) = im.bind(
+            hlo.SliceOp, [v], start_indices=(0,) * len(shape), limit_indices=limit, strides=(1,) * len(shape)
+        )
+        out.append(s)
+    return out
+
+
+def _scatter_computation(im, op) -> str:
+    """The update computation of a scatter: ``replace`` (the region returns
+    the update) or the one op of ``add`` / ``mul`` / ``max`` / ``min``
+    (``or`` / ``and`` on booleans: ``max`` / ``min``)."""
+    block = op.regions[0].block
+    ops = list(block.ops)
+    if len(ops) == 1 and list(ops[0].operands) == [block.args[1]]:
+        return "replace"
+    kind = _reduction_kind(im, op)
+    if kind in ("and", "or"):
+        if TensorSpec.of_type(op.operands[0].type).dtype != "bool":
+            im.refuse(op, f"combines integers with '{kind}', which xtpu's scatter does not have")
+        return {"or": "max", "and": "min"}[kind]
+    return kind
+
+
+def _import_scatter(im, op, xs):
+    """StableHLO's scatter of one input is xtpu's ``hlo.scatter`` (the same
+    dimension numbers; windows out of range dropped on both sides)."""
+    if len(xs) != 3:
+        im.refuse(op, f"scatters {len(xs) // 2} inputs together (a variadic scatter), which xtpu does not have")
+    params = _dimension_params(im, im.attr(op, "scatter_dimension_numbers"), _SCATTER_KEYS)
+    params["computation"] = _scatter_computation(im, op)
+    return im.bind(hlo_indexing.ScatterOp, xs, **params)
+
+
+def _arg_reduction(im, op) -> str:
+    """``argmax`` / ``argmin`` for a reduce of ``(values, indices)`` whose
+    body keeps the pair with the larger (smaller) value, NaN first, the
+    lower index on ties: JAX's ``_compute_argminmax`` and xtpu's export."""
+    block = op.regions[0].block
+    ret = block.last_op
+    a, ia, b, ib = block.args
+    names = {a: "a", ia: "ia", b: "b", ib: "ib"}
+    got = tuple(_expr(im, v, names) for v in ret.operands) if ret is not None else ()
+    lower = ("cmp", "LT", "ia", "ib")
+    for kind, d in (("argmax", "GT"), ("argmin", "LT")):
+        # JAX: the value by (better or a is NaN), the index also on (a == b and lower index).
+        val = ("or", ("cmp", d, "a", "b"), ("cmp", "NE", "a", "a"))
+        jax_form = (
+            ("select", val, "a", "b"),
+            ("select", ("or", val, ("and", ("cmp", "EQ", "a", "b"), lower)), "ia", "ib"),
+        )
+        forms = [jax_form]
+        befores, ties = _orders("a", "b", d, nan_first=True)
+        for before, tie in zip(befores, ties):
+            pick = ("or", before, ("and", tie, lower))
+            forms.append((("select", pick, "a", "b"), ("select", pick, "ia", "ib")))
+        forms = [tuple(_norm(e) for e in form) for form in forms]
+        if got in forms:
+            return kind
+    im.refuse(
+        op,
+        "reduces 2 operands together with a body other than argmax's or argmin's (xtpu's variadic reduce)",
+    )
+    raise AssertionError
+
+
 # Compositions: StableHLO ops xtpu has no op for, written with xtpu ops
 # (each exact, or within the ulps of the op it replaces: noted).
 
@@ -757,27 +1021,238 @@ def _import_expm1(im, op, xs):
     return im.bind(hlo.SelectOp, [is_one, x, r])
 
 
+# Cephes's erf (ndtr.c): erf(x) = x T(x^2) / U(x^2) for |x| <= 1, else
+# sign(x) (1 - erfc(|x|)) with erfc(a) = exp(-a^2) P(a) / Q(a) (|x| clamped
+# to 6, where erf is 1 in float64); U and Q have a leading 1.
+_ERF_T = (9.60497373987051638749e0, 9.00260197203842689217e1, 2.23200534594684319226e3, 7.00332514112805075473e3)
+_ERF_T += (5.55923013010394962768e4,)
+_ERF_U = (1.0, 3.35617141647503099647e1, 5.21357949780152679795e2, 4.59432382970980127987e3)
+_ERF_U += (2.26290000613890934246e4, 4.92673942608635921086e4)
+_ERFC_P = (2.46196981473530512524e-10, 5.64189564831068821977e-1, 7.46321056442269912687e0, 4.86371970985681366614e1)
+_ERFC_P += (1.96520832956077098242e2, 5.26445194995477358631e2, 9.34528527171957607540e2, 1.02755188689515710272e3)
+_ERFC_P += (5.57535335369399327526e2,)
+_ERFC_Q = (1.0, 1.32281951154744992508e1, 8.67072140885989742329e1, 3.54937778887819891062e2)
+_ERFC_Q += (9.75708501743205489753e2, 1.82390916687909736289e3, 2.24633760818710981792e3, 1.65666309194161350182e3)
+_ERFC_Q += (5.57535340817727675546e2,)
+
+
+def _export_erf(ex, op, xs):
+    """StableHLO has no erf (XLA's is ``chlo.erf``, outside StableHLO): the
+    export writes Cephes's erf (``ndtr.c``, the algorithm of xtpu's kernel,
+    SciPy's ``special.erf``) in float64 StableHLO ops, converted back to the
+    operand's type: within 1 ulp of xtpu's kernel (measured over
+    ``[-7, 7]`` in float32 and float64)."""
+    (x,) = xs
+    t64 = TensorType(f64, TensorSpec.of_type(x.type).shape)
+    if x.type != t64:
+        (x,) = ex.emit("stablehlo.convert", [x], [t64])
+
+    def bin_(name, a, b):
+        return ex.emit(f"stablehlo.{name}", [a, b], [t64])[0]
+
+    def un(name, a):
+        return ex.emit(f"stablehlo.{name}", [a], [t64])[0]
+
+    def poly(coeffs, v):
+        acc = _splat(ex, coeffs[0], v)
+        for c in coeffs[1:]:
+            acc = bin_("add", bin_("multiply", acc, v), _splat(ex, c, v))
+        return acc
+
+    a = un("abs", x)
+    x2 = bin_("multiply", x, x)
+    small = bin_("divide", bin_("multiply", x, poly(_ERF_T, x2)), poly(_ERF_U, x2))
+    c = bin_("minimum", a, _splat(ex, 6.0, a))
+    erfc = bin_(
+        "divide",
+        bin_("multiply", un("exponential", un("negate", bin_("multiply", c, c))), poly(_ERFC_P, c)),
+        poly(_ERFC_Q, c),
+    )
+    big = bin_("multiply", un("sign", x), bin_("subtract", _splat(ex, 1.0, erfc), erfc))
+    near = _compare(ex, a, _splat(ex, 1.0, a), "LE", "FLOAT")
+    (y,) = ex.emit("stablehlo.select", [near, small, big], [t64])
+    if op.results[0].type != t64:
+        (y,) = ex.emit("stablehlo.convert", [y], _result_types(op))
+    return [y]
+
+
+def _dimension_numbers(p, keys: tuple[str, ...]) -> list[str]:
+    """``key = [..]`` for each non-empty list of ``keys`` in ``p``, then ``index_vector_dim``."""
+    nums = [f"{k} = {S.ints(p[k])}" for k in keys if p.get(k)]
+    nums.append(f"index_vector_dim = {int(p['index_vector_dim'])}")
+    return nums
+
+
+_GATHER_KEYS = (
+    "offset_dims",
+    "collapsed_slice_dims",
+    "operand_batching_dims",
+    "start_indices_batching_dims",
+    "start_index_map",
+)
+
+
+def _import_erfc(im, op, xs):
+    """``chlo.erfc`` (JAX's exact ``gelu``, ``ndtr``): ``1 - erf(x)`` for
+    ``|x| < 1``, else Cephes's ``exp(-x^2) P(|x|) / Q(|x|)`` (``2 -`` it for
+    negative ``x``; ``|x|`` clamped to 30, where it is 0), in the operand's
+    type: within a few ulps, without ``1 - erf``'s cancellation in the tail."""
+    (x,) = xs
+
+    def b(cls, *vs):
+        return im.bind(cls, list(vs))[0]
+
+    def poly(coeffs, v):
+        acc = _full_like(im, v, coeffs[0])
+        for c in coeffs[1:]:
+            acc = b(hlo.AddOp, b(hlo.MultiplyOp, acc, v), _full_like(im, v, c))
+        return acc
+
+    one = _full_like(im, x, 1)
+    a = b(hlo.MinimumOp, b(hlo.AbsOp, x), _full_like(im, x, 30))
+    tail = b(
+        hlo.DivideOp,
+        b(hlo.MultiplyOp, b(hlo.ExpOp, b(hlo.NegateOp, b(hlo.MultiplyOp, a, a))), poly(_ERFC_P, a)),
+        poly(_ERFC_Q, a),
+    )
+    neg = im.bind(hlo.CompareOp, [x, _full_like(im, x, 0)], comparison_direction="LT")[0]
+    tail = b(hlo.SelectOp, neg, b(hlo.SubtractOp, _full_like(im, x, 2), tail), tail)
+    near = im.bind(hlo.CompareOp, [b(hlo.AbsOp, x), one], comparison_direction="LT")[0]
+    return [b(hlo.SelectOp, near, b(hlo.SubtractOp, one, b(hlo_math.ErfOp, x)), tail)]
+
+
 def _export_gather(ex, op, xs):
     """``#stablehlo.gather<...>`` from the op's dimension numbers (the same names)."""
     p = op.params()
-    nums = [
-        f"{k} = {S.ints(p[k])}"
-        for k in (
-            "offset_dims",
-            "collapsed_slice_dims",
-            "operand_batching_dims",
-            "start_indices_batching_dims",
-            "start_index_map",
-        )
-        if p.get(k)
-    ]
-    nums.append(f"index_vector_dim = {int(p['index_vector_dim'])}")
     props = {
-        "dimension_numbers": S.dialect_attr("stablehlo.gather", ", ".join(nums)),
+        "dimension_numbers": S.dialect_attr("stablehlo.gather", ", ".join(_dimension_numbers(p, _GATHER_KEYS))),
         "slice_sizes": op.properties["slice_sizes"],
         "indices_are_sorted": BoolAttr(False, i1),
     }
     return ex.emit("stablehlo.gather", xs, _result_types(op), props)
+
+
+_SCATTER_KEYS = (
+    "update_window_dims",
+    "inserted_window_dims",
+    "input_batching_dims",
+    "scatter_indices_batching_dims",
+    "scatter_dims_to_operand_dims",
+)
+
+
+def _export_scatter(ex, op, xs):
+    """``#stablehlo.scatter<...>`` from the op's dimension numbers (the same
+    names); the update computation is a one-op region (``add`` ...) or, for
+    ``replace``, a region returning the update.  Repeated indices under
+    ``replace``: StableHLO leaves the winner to the implementation; XLA's
+    CPU client and xtpu's kernel both keep the last update (measured; the
+    fuzzer's xla mode checks it)."""
+    p = op.params()
+    kind = p["computation"]
+    elem = _element(op.operands[0])
+    scalar = TensorType(elem, [])
+    if kind == "replace":
+        region = ex.region([scalar, scalar], lambda a, b: [b])
+    else:
+        body = REDUCTION_OPS[kind]
+        if TensorSpec.of_type(op.operands[0].type).dtype == "bool":
+            body = {"max": "stablehlo.or", "min": "stablehlo.and"}[kind]
+        region = ex.region([scalar, scalar], lambda a, b: ex.emit(body, [a, b], [scalar]))
+    props = {
+        "scatter_dimension_numbers": S.dialect_attr(
+            "stablehlo.scatter", ", ".join(_dimension_numbers(p, _SCATTER_KEYS))
+        ),
+        "indices_are_sorted": BoolAttr(False, i1),
+        "unique_indices": BoolAttr(False, i1),
+    }
+    return ex.emit("stablehlo.scatter", xs, _result_types(op), props, regions=[region])
+
+
+def _is_nan(ex, a):
+    return _compare(ex, a, a, "NE", "FLOAT")
+
+
+def _and(ex, a, b):
+    return ex.emit("stablehlo.and", [a, b], [a.type])[0]
+
+
+def _or(ex, a, b):
+    return ex.emit("stablehlo.or", [a, b], [a.type])[0]
+
+
+def _not(ex, a):
+    return ex.emit("stablehlo.not", [a], [a.type])[0]
+
+
+def _before_and_tie(ex, a, b, direction: str, dtype: str, nan_first: bool = False, tie: bool = True):
+    """``a`` strictly before ``b`` under ``direction`` (``LT`` ascending,
+    ``GT`` descending) with NaN after every number (before it with
+    ``nan_first``), and (with ``tie``) ``a`` tied with ``b`` (equal, or
+    both NaN): xtpu's order (numpy's), a strict weak order."""
+    kind = _compare_kind(dtype)
+    before = _compare(ex, a, b, direction, kind)
+    a_nan = b_nan = None
+    if kind == "FLOAT":
+        a_nan, b_nan = _is_nan(ex, a), _is_nan(ex, b)
+        first, second = (b_nan, a_nan) if nan_first else (a_nan, b_nan)
+        before = _or(ex, before, _and(ex, _not(ex, first), second))
+    if not tie:
+        return before, None
+    same = _compare(ex, a, b, "EQ", kind)
+    if kind == "FLOAT":
+        same = _or(ex, same, _and(ex, a_nan, b_nan))
+    return before, same
+
+
+def _export_sort(ex, op, xs):
+    """The comparator region of xtpu's keys and directions: lexicographic
+    over the keys, each ``LT`` or ``GT`` with NaN last (numpy's order, which
+    xtpu's kernel sorts by); ``is_stable = true`` (xtpu's sort is always
+    stable)."""
+    p = op.params()
+    dirs = p["comparison_directions"]
+    dtypes = [TensorSpec.of_type(v.type).dtype for v in op.operands]
+    arg_types = [TensorType(_element(v), []) for v in op.operands for _ in range(2)]
+
+    def comparator(*args):
+        result = None
+        for k in reversed(range(len(dirs))):
+            last = result is None
+            before, tie = _before_and_tie(ex, args[2 * k], args[2 * k + 1], dirs[k], dtypes[k], tie=not last)
+            result = before if result is None else _or(ex, before, _and(ex, tie, result))
+        return [result]
+
+    props = {
+        "dimension": IntegerAttr(p["dimension"] % max(len(TensorSpec.of_type(op.operands[0].type).shape), 1), i64),
+        "is_stable": BoolAttr(True, i1),
+    }
+    return ex.emit("stablehlo.sort", xs, _result_types(op), props, regions=[ex.region(arg_types, comparator)])
+
+
+def _export_variadic_reduce(ex, op, xs):
+    """StableHLO's reduce of ``(values, indices)`` with the body of xtpu's
+    ``argmax`` / ``argmin``: the pair with the larger (smaller) value wins,
+    NaN over any number, the lower index on ties (both NaN a tie).  The
+    body is commutative and associative, so XLA's order of reduction gives
+    xtpu's result."""
+    p = op.params()
+    direction = "GT" if p["computation"] == "argmax" else "LT"
+    vt, it = (TensorType(_element(v), []) for v in op.operands[:2])
+    dtype = TensorSpec.of_type(op.operands[0].type).dtype
+    itype = TensorSpec.of_type(op.operands[1].type).dtype
+
+    def body(a, ia, b, ib):
+        better, tie = _before_and_tie(ex, a, b, direction, dtype, nan_first=True)
+        lower = _compare(ex, ia, ib, "LT", _compare_kind(itype))
+        pick = _or(ex, better, _and(ex, tie, lower))
+        (v,) = ex.emit("stablehlo.select", [pick, a, b], [vt])
+        (i,) = ex.emit("stablehlo.select", [pick, ia, ib], [it])
+        return [v, i]
+
+    region = ex.region([vt, it, vt, it], body)
+    props = {"dimensions": op.properties["dimensions"]}
+    return ex.emit("stablehlo.reduce", xs, _result_types(op), props, regions=[region])
 
 
 # ---- the table ------------------------------------------------------------------
@@ -890,14 +1365,19 @@ ENTRIES: list[Entry] = [
         None,
         _refuse("is XLA's dynamic-size op, which StableHLO does not have (export before tpu-pad-dynamic-shapes)"),
     ),
-    Entry("hlo.gather", "stablehlo.gather", _export_gather),
-    *(
-        Entry(name, None, _refuse("has no export rule yet (it came to xtpu with issue 26 after the table)"))
-        for name in ("hlo.scatter", "hlo.sort", "hlo.variadic_reduce")
-    ),
+    Entry("hlo.gather", "stablehlo.gather", _export_gather, _import_gather),
+    Entry("hlo.scatter", "stablehlo.scatter", _export_scatter, _import_scatter),
+    Entry("hlo.sort", "stablehlo.sort", _export_sort, _import_sort),
+    Entry("hlo.variadic_reduce", None, _export_variadic_reduce, note="stablehlo.reduce of (values, indices)"),
     Entry("tpu.infeed_dequeue_tuple", None, _refuse("reads xtpu's infeed queue, which has no StableHLO form")),
     Entry("tpu.outside_compilation", None, _refuse(_HOST_REASON + "; compile the program first")),
-    Entry("hlo.erf", None, _refuse("has no StableHLO op (it is XLA's erf, chlo.erf in MLIR's dialects)")),
+    Entry(
+        "hlo.erf",
+        "chlo.erf",
+        _export_erf,
+        same(hlo_math.ErfOp, "chlo.erf").import_,
+        note="no StableHLO op (XLA's is chlo.erf, which JAX emits): Cephes's erf in float64 ops on export",
+    ),
     *(
         Entry(name, None, _refuse(_HOST_REASON))
         for name in (
@@ -919,6 +1399,8 @@ ENTRIES: list[Entry] = [
 
 # StableHLO ops without an xtpu op of their own, imported as compositions.
 ENTRIES += [
+    Entry(None, "chlo.erfc", None, _import_erfc, note="1 - erf near 0, Cephes's erfc in the tails"),
+    Entry(None, "chlo.top_k", None, _import_top_k, note="a stable descending sort with an iota, then a slice"),
     Entry(None, "stablehlo.dot", None, _import_dot, note="dot_general contracting lhs's last dimension"),
     Entry(None, "stablehlo.case", None, _import_case, note="xtpu.switch_case / nested hlo.if"),
     Entry(None, "stablehlo.optimization_barrier", None, _import_identity, note="the identity"),

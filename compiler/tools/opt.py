@@ -194,12 +194,15 @@ class XtpuOptMain(xDSLOptMain):
 
 
 def _is_stablehlo(text: str | bytes) -> bool:
-    """Whether ``text`` is a StableHLO module: it has ``stablehlo.*`` ops and
-    none of xtpu's (``hlo.*``, ``tpu.*``, ``ccl.*``)."""
+    """Whether ``text`` is a StableHLO module: it has ``stablehlo.*`` (or
+    CHLO's ``chlo.*``, which JAX emits beside them) ops and none of xtpu's
+    (``hlo.*``, ``tpu.*``, ``ccl.*``)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     text = re.sub(r"//[^\n]*", "", text)  # comments (lit's CHECK lines) say nothing
-    return re.search(r"\bstablehlo\.", text) is not None and re.search(r"(?<![\w.])(hlo|tpu|ccl)\.", text) is None
+    return (
+        re.search(r"\b(stablehlo|chlo)\.", text) is not None and re.search(r"(?<![\w.])(hlo|tpu|ccl)\.", text) is None
+    )
 
 
 @dataclasses.dataclass(frozen=True)

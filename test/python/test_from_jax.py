@@ -4,13 +4,10 @@ Each kind of JAX function runs through ``from_jax`` eagerly and inside
 ``xtpu.replicate`` with 2 replicas; values and xtpu's gradients
 (``GradientTape``) equal JAX's and ``jax.grad``'s.
 
-Kinds xtpu cannot import yet (the ops are not on main): gather / scatter
-(``x[idx_array]``, ``jnp.take``, ``.at[].set``), sort / top_k, argmax /
-argmin (variadic reduce), cumsum and pooling (``reduce_window``),
-convolution, random bits (threefry uses
-``ui32`` shifts and xor), sin / cos / erf, float remainder and rounding
-(``round_nearest_afz``, used by float ``//``).  Each is refused at import,
-naming the op (tested below for some).
+Kinds xtpu cannot import yet: cumsum and pooling (``reduce_window``) and
+convolution (issue 27's ops), random bits (threefry uses ``ui32`` shifts
+and xor), float remainder and rounding (``round_nearest_afz``, used by float
+``//``).  Each is refused at import, naming the op (tested below for some).
 
 StableHLO has no ``stop_gradient`` (JAX lowers ``lax.stop_gradient`` and
 ``custom_jvp`` rules away): xtpu's gradients through an imported program
@@ -74,6 +71,32 @@ def _dynamic(x, w):
     return lax.dynamic_update_slice(w, s * 3.0, (jnp.int32(1), i)), s
 
 
+def _gather(x, w):
+    return (
+        w[jnp.array([2, 0, 2])],
+        jnp.take(x, jnp.array([1, 1, 0, 2]), axis=1),
+        jnp.take_along_axis(w, jnp.array([[0, 3], [1, 1], [2, 0]]), axis=1),
+    )
+
+
+def _scatter(x, w):
+    w = jnp.asarray(w)
+    return (
+        w.at[jnp.array([0, 2, 0])].add(x[:1, :1] * jnp.ones((3, 4), x.dtype)),
+        w.at[jnp.array([2, 0]), 1:3].set(x[:, 1:]),
+        w.at[:, jnp.array([1, 3, 1])].max(jnp.concatenate([x.T, x.T[:, :1] * 0.5], axis=1)),
+        w.at[jnp.array([1, 2])].mul(x[:, :1] + 2.0, unique_indices=True),  # JAX: no gradient otherwise
+    )
+
+
+def _sort(x, w):
+    return jnp.sort(w, axis=1), jnp.sort(x, axis=0, descending=True), jnp.argsort(w, axis=0), lax.top_k(w, 2)
+
+
+def _argmax(x, w):
+    return jnp.argmax(x, axis=1), jnp.argmin(w, axis=0), jnp.argmax(w), x[0, jnp.argmax(x[0])]
+
+
 KINDS = {
     "arithmetic": lambda x, w: x * x[:, ::2].sum() + x / (jnp.abs(x) + 1.0) - 2.0 * x,
     "transcendental": lambda x, w: jnp.tanh(x) + jnp.exp(-x * x) + jnp.log(1.0 + x * x) + jnp.sqrt(x * x + 1.0),
@@ -104,6 +127,11 @@ KINDS = {
     "logsumexp": lambda x, w: jax.nn.logsumexp(x @ w, axis=1),
     "bf16_casts": lambda x, w: (x.astype(jnp.bfloat16) * 2).astype(jnp.float32) + x,
     "float64": lambda x, w: jnp.tanh(x.astype(jnp.float64) @ w.astype(jnp.float64)).astype(jnp.float32),
+    "gather": _gather,
+    "scatter": _scatter,
+    "sort_top_k": _sort,
+    "argmax": _argmax,
+    "erf_sin_cos": lambda x, w: (jax.scipy.special.erf(x), jax.nn.gelu(x, approximate=False), jnp.sin(w) * jnp.cos(w)),
 }
 
 
@@ -193,16 +221,32 @@ def test_at_least_twenty_kinds():
     "fn,op",
     [
         (lambda x: jnp.cbrt(x), "stablehlo.cbrt"),
-        (lambda x: jnp.argmax(x), "stablehlo.reduce"),
-        (lambda x: jnp.sort(x), "stablehlo.sort"),
+        (lambda x: lax.reduce((x, x * 2, x * 3), (x[0], x[1], x[2]), lambda a, b: a, (0,)), "stablehlo.reduce"),
         (lambda x: jnp.cumsum(x), "stablehlo.reduce_window"),
     ],
 )
 def test_what_xtpu_cannot_import_is_refused_naming_the_op_and_its_location(fn, op):
     with pytest.raises(StableHLOImportError, match=rf"'{op}' op in @\w+ at ") as e:
         from_jax(fn)(np.ones(4, np.float32))
-    if op not in ("stablehlo.sort", "stablehlo.reduce_window"):  # in private functions without a file position
+    if op not in ("stablehlo.reduce_window",):  # in private functions without a file position
         assert "at test_from_jax.py:" in str(e.value)
+
+
+def test_a_sort_comparator_xtpu_does_not_read_is_refused():
+    """xtpu's sort takes keys compared LT or GT, lexicographically; a
+    comparator comparing one operand with another is refused at import."""
+    text = """
+    func.func @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> tensor<4xf32> {
+      %0:2 = "stablehlo.sort"(%arg0, %arg1) <{dimension = 0 : i64, is_stable = true}> ({
+      ^bb0(%a: tensor<f32>, %b: tensor<f32>, %c: tensor<f32>, %d: tensor<f32>):
+        %1 = stablehlo.compare LT, %a, %d, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+        stablehlo.return %1 : tensor<i1>
+      }) : (tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+      return %0#0 : tensor<4xf32>
+    }
+    """
+    with pytest.raises(StableHLOImportError, match="'stablehlo.sort' op in @main .*comparator xtpu does not read"):
+        call_stablehlo(text, np.ones(4, np.float32), np.ones(4, np.float32))
 
 
 def test_custom_call_is_refused_by_name():

@@ -44,8 +44,9 @@ import numpy as np
 ULPS = {"float32": 4, "float64": 4}
 """Elementwise transcendental results may differ by this many ulps."""
 
-RTOL = {"float32": 2e-5, "float64": 1e-12}
-ATOL = {"float32": 1e-6, "float64": 1e-13}
+RTOL = {"float32": 2e-5, "float64": 1e-12, "bfloat16": 2.0**-7, "float16": 2.0**-10}
+ATOL = {"float32": 1e-6, "float64": 1e-13, "bfloat16": 1e-6, "float16": 1e-6}
+"""bfloat16 and float16 (compared in float32): one ulp of the type, relative."""
 
 
 def _cpu_devices() -> None:
@@ -175,8 +176,9 @@ def run(text: str, inputs: Sequence[Sequence[np.ndarray]], num_replicas: int | N
 
 
 def _ulp_close(a: np.ndarray, b: np.ndarray, ulps: int) -> np.ndarray:
-    spacing = np.spacing(np.maximum(np.abs(a), np.abs(b)).astype(a.dtype))
-    return np.abs(a - b) <= ulps * spacing
+    with np.errstate(over="ignore", invalid="ignore"):  # the spacing of inf and NaN
+        spacing = np.spacing(np.maximum(np.abs(a), np.abs(b)).astype(a.dtype))
+        return np.abs(a - b) <= ulps * spacing
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, what: str, mask: np.ndarray | None = None) -> None:
@@ -188,8 +190,12 @@ def assert_close(got: np.ndarray, want: np.ndarray, what: str, mask: np.ndarray 
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
     assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
     keep = np.ones(want.shape, bool) if mask is None else np.asarray(mask, bool)
-    if want.dtype.kind == "f":
-        name = want.dtype.name
+    name = want.dtype.name
+    if name in ("bfloat16", "float16"):
+        got, want = got.astype(np.float32), want.astype(np.float32)
+        nan = np.isnan(got) & np.isnan(want)
+        ok = nan | (got == want) | np.isclose(got, want, rtol=RTOL[name], atol=ATOL[name])
+    elif want.dtype.kind == "f":
         nan = np.isnan(got) & np.isnan(want)
         ok = nan | (got == want) | _ulp_close(got, want, ULPS[name])
         ok |= np.isclose(got, want, rtol=RTOL[name], atol=ATOL[name])
