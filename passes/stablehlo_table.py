@@ -50,7 +50,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from xtpu.dialects import ccl, hlo, hlo_indexing, hlo_math, hlo_rounding, tpu
+from xtpu.dialects import ccl, hlo, hlo_bits, hlo_indexing, hlo_math, hlo_rounding, tpu
 from xtpu.dialects.autodiff import CustomGradientOp, StopGradientOp
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
 from xtpu.dialects.fusion import FusionRegionOp, FusionYieldOp
@@ -959,15 +959,6 @@ def _import_sign(im, op, xs):
     return im.bind(hlo.SelectOp, [pos, _full_like(im, x, 1), y])
 
 
-def _import_xor(im, op, xs):
-    """``(a or b) and not (a and b)``, exact for bools and ints."""
-    a, b = xs
-    (o,) = im.bind(hlo.OrOp, [a, b])
-    (n,) = im.bind(hlo.AndOp, [a, b])
-    (nn,) = im.bind(hlo.NotOp, [n])
-    return im.bind(hlo.AndOp, [o, nn])
-
-
 def _import_remainder(im, op, xs):
     """Integers: ``a - b * (a / b)`` with the truncating divide, exact
     (StableHLO spec: remainder).  Float remainder is refused: no exact
@@ -1282,6 +1273,11 @@ _ELEMENTWISE = [
     (hlo_math.SineOp, "stablehlo.sine"),
     (hlo_math.CosineOp, "stablehlo.cosine"),
     (hlo_math.IsFiniteOp, "stablehlo.is_finite"),
+    (hlo_bits.XorOp, "stablehlo.xor"),
+    (hlo_bits.ShiftLeftOp, "stablehlo.shift_left"),
+    (hlo_bits.ShiftRightLogicalOp, "stablehlo.shift_right_logical"),
+    (hlo_bits.ShiftRightArithmeticOp, "stablehlo.shift_right_arithmetic"),
+    (hlo_bits.BitcastConvertOp, "stablehlo.bitcast_convert"),
     (hlo.SelectOp, "stablehlo.select"),
     (hlo.ReshapeOp, "stablehlo.reshape"),
     (hlo.DynamicUpdateSliceOp, "stablehlo.dynamic_update_slice"),
@@ -1407,7 +1403,6 @@ ENTRIES += [
     Entry(None, "stablehlo.rsqrt", None, _import_rsqrt, note="1 / sqrt(x), within 1 ulp"),
     Entry(None, "stablehlo.clamp", None, _import_clamp, note="minimum(maximum(x, lo), hi)"),
     Entry(None, "stablehlo.sign", None, _import_sign, note="two selects"),
-    Entry(None, "stablehlo.xor", None, _import_xor, note="(a or b) and not (a and b)"),
     Entry(None, "stablehlo.remainder", None, _import_remainder, note="integers only: a - b * (a / b)"),
     Entry(None, "stablehlo.is_finite", None, _import_is_finite, note="x - x == 0"),
     Entry(None, "stablehlo.log_plus_one", None, _import_log1p, note="Goldberg's log1p, a few ulps"),

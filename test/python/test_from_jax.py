@@ -5,9 +5,9 @@ Each kind of JAX function runs through ``from_jax`` eagerly and inside
 (``GradientTape``) equal JAX's and ``jax.grad``'s.
 
 Kinds xtpu cannot import yet: cumsum and pooling (``reduce_window``) and
-convolution (issue 27's ops), random bits (threefry uses ``ui32`` shifts
-and xor), float remainder and rounding (``round_nearest_afz``, used by float
-``//``).  Each is refused at import, naming the op (tested below for some).
+convolution (issue 27's ops), normal random numbers (``chlo.erf_inv``),
+float remainder and rounding (``round_nearest_afz``, used by float ``//``).
+Each is refused at import, naming the op (tested below for some).
 
 StableHLO has no ``stop_gradient`` (JAX lowers ``lax.stop_gradient`` and
 ``custom_jvp`` rules away): xtpu's gradients through an imported program
@@ -93,6 +93,15 @@ def _sort(x, w):
     return jnp.sort(w, axis=1), jnp.sort(x, axis=0, descending=True), jnp.argsort(w, axis=0), lax.top_k(w, 2)
 
 
+def _random(x, w):
+    """JAX's threefry2x32 (uint32 adds, rotations by shifts, xor) and its
+    uniform floats (mantissa bits bitcast to float32)."""
+    key = jax.random.key(3)
+    k1, k2 = jax.random.split(key)
+    bits = jax.random.bits(k1, (2, 3), jnp.uint32)
+    return bits, x * jax.random.uniform(k2, x.shape, x.dtype), jax.random.randint(key, (4,), 0, 10)
+
+
 def _argmax(x, w):
     return jnp.argmax(x, axis=1), jnp.argmin(w, axis=0), jnp.argmax(w), x[0, jnp.argmax(x[0])]
 
@@ -131,6 +140,7 @@ KINDS = {
     "scatter": _scatter,
     "sort_top_k": _sort,
     "argmax": _argmax,
+    "random_bits": _random,
     "erf_sin_cos": lambda x, w: (jax.scipy.special.erf(x), jax.nn.gelu(x, approximate=False), jnp.sin(w) * jnp.cos(w)),
 }
 
