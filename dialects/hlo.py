@@ -12,7 +12,7 @@ are in :mod:`xtpu.dialects.hlo_host`, and the dialect is assembled in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -94,6 +94,17 @@ def low_precision_in_f32(fn, dtype: str | None = None, round_back: bool = True):
         return fn(*xs)
 
     return run
+
+
+def ufunc_into(ufunc: Any, dtype: str | None) -> Callable[..., Any] | None:
+    """``f(out, *xs)``: ``ufunc(*xs, out=out)``, the kernel
+    ``low_precision_in_f32(ufunc, dtype)`` writing into ``out`` (the same
+    loop, the same bits); None on bfloat16 / float16 (that kernel computes in
+    float32 and rounds) or when ``dtype`` is unknown or ``ufunc`` is not a
+    one-output ufunc."""
+    if dtype is None or dtype in LOW_PRECISION_FLOATS or not isinstance(ufunc, np.ufunc) or ufunc.nout != 1:
+        return None
+    return lambda out, *xs: ufunc(*xs, out=out)
 
 
 # --------------------------------------------------------------------------
@@ -187,6 +198,12 @@ def _check_dims(dims: Sequence[int], rank: int, what: str) -> None:
 # --------------------------------------------------------------------------
 
 
+def _kernel_owner(cls: type) -> type:
+    """The class in ``cls``'s MRO that defines ``kernel`` (an op that
+    overrides it has its own ``out_kernel`` or none)."""
+    return next(c for c in cls.__mro__ if "kernel" in c.__dict__)
+
+
 class ElementwiseBinary(PrimitiveOp):
     """An elementwise op on two operands of equal shape and dtype."""
 
@@ -213,6 +230,16 @@ class ElementwiseBinary(PrimitiveOp):
     def kernel(cls, element_dtype=None, **params):
         return low_precision_in_f32(cls.UFUNC, element_dtype)
 
+    OUT_IN_PLACE: ClassVar[bool] = True
+
+    @classmethod
+    def out_kernel(cls, element_dtype=None, **params):
+        """``UFUNC`` with ``out=`` (:func:`ufunc_into`), for ops that keep
+        this class's kernel."""
+        if _kernel_owner(cls) not in (ElementwiseBinary, ElementwiseUnary):
+            return None
+        return ufunc_into(cls.UFUNC, element_dtype)
+
 
 class ElementwiseUnary(PrimitiveOp):
     """An elementwise op on one operand."""
@@ -238,6 +265,16 @@ class ElementwiseUnary(PrimitiveOp):
     @classmethod
     def kernel(cls, element_dtype=None, **params):
         return low_precision_in_f32(cls.UFUNC, element_dtype)
+
+    OUT_IN_PLACE: ClassVar[bool] = True
+
+    @classmethod
+    def out_kernel(cls, element_dtype=None, **params):
+        """``UFUNC`` with ``out=`` (:func:`ufunc_into`), for ops that keep
+        this class's kernel."""
+        if _kernel_owner(cls) not in (ElementwiseBinary, ElementwiseUnary):
+            return None
+        return ufunc_into(cls.UFUNC, element_dtype)
 
 
 @irdl_op_definition
@@ -303,6 +340,12 @@ class DivideOp(ElementwiseBinary):
     @classmethod
     def kernel(cls, element_dtype=None, **params):
         return low_precision_in_f32(_divide, element_dtype)
+
+    @classmethod
+    def out_kernel(cls, element_dtype=None, **params):
+        """``np.true_divide`` with ``out=`` on float32 / float64 (the float
+        branch of the kernel); None on integers and bfloat16 / float16."""
+        return ufunc_into(np.true_divide, element_dtype) if element_dtype in ("float32", "float64") else None
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, skip_input_indices=(), **params):
@@ -570,6 +613,11 @@ class CompareOp(PrimitiveOp):
     def kernel(cls, comparison_direction, element_dtype=None, **_):
         return low_precision_in_f32(_COMPARE[comparison_direction], element_dtype, round_back=False)
 
+    @classmethod
+    def out_kernel(cls, comparison_direction, element_dtype=None, **_):
+        """The comparison ufunc with ``out=`` (not on bfloat16 / float16)."""
+        return ufunc_into(_COMPARE[comparison_direction], element_dtype)
+
 
 @irdl_op_definition
 class SelectOp(PrimitiveOp):
@@ -597,6 +645,12 @@ class SelectOp(PrimitiveOp):
     @classmethod
     def kernel(cls, **_):
         return _select
+
+    @classmethod
+    def out_kernel(cls, **_):
+        """``on_false`` copied into ``out``, then ``on_true`` where ``pred``
+        holds: ``np.where``'s choice of elements."""
+        return _select_into
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, **params):
@@ -627,6 +681,17 @@ def _select(pred, on_true, on_false):
     return np.where(p, on_true, on_false)
 
 
+def _select_into(out, pred, on_true, on_false):
+    np.copyto(out, on_false)
+    np.copyto(out, on_true, where=pred)
+    return out
+
+
+def _convert_into(out, x):
+    np.copyto(out, x, casting="unsafe")
+    return out
+
+
 @irdl_op_definition
 class ConvertOp(PrimitiveOp):
     """Elementwise dtype conversion (StableHLO spec: convert); float to int
@@ -652,6 +717,13 @@ class ConvertOp(PrimitiveOp):
     def kernel(cls, dtype, **_):
         np_dtype = numpy_dtype(dtype)
         return lambda x: np.asarray(x).astype(np_dtype)
+
+    OUT_IN_PLACE: ClassVar[bool] = True
+
+    @classmethod
+    def out_kernel(cls, dtype, **_):
+        """``np.copyto(out, x, casting="unsafe")``: the cast ``astype`` makes."""
+        return _convert_into
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, dtype=None, **params):
@@ -1000,20 +1072,34 @@ class DotGeneralOp(PrimitiveOp):
         preferred_element_type=None,
         **_,
     ):
-        lb, rb = list(lhs_batching_dimensions), list(rhs_batching_dimensions)
-        lc, rc = list(lhs_contracting_dimensions), list(rhs_contracting_dimensions)
+        return accumulate_as(
+            cls._contraction(
+                lhs_batching_dimensions, rhs_batching_dimensions, lhs_contracting_dimensions, rhs_contracting_dimensions
+            ),
+            preferred_element_type,
+        )
+
+    @classmethod
+    def _contraction(cls, lb, rb, lc, rc) -> Callable[..., Any]:
+        """``f(x, y, out=None)``: the contraction in ``x``'s dtype, into
+        ``out`` when given (``np.matmul``'s ``out=``: the same BLAS call)."""
+        lb, rb, lc, rc = list(lb), list(rb), list(lc), list(rc)
         if not lb and len(lc) == 1 and len(rc) == 1:
             l_c, r_c = lc[0], rc[0]
 
-            def matmul_2d(x, y):
+            def matmul_2d(x, y, out=None):
                 # Transposed views keep BLAS's no-copy transpose flags.
                 if x.ndim == 2 and y.ndim == 2:
-                    return np.matmul(x if l_c == 1 else x.T, y if r_c == 0 else y.T)
-                return np.tensordot(x, y, axes=([l_c], [r_c]))
+                    return np.matmul(x if l_c == 1 else x.T, y if r_c == 0 else y.T, out=out)
+                r = np.tensordot(x, y, axes=([l_c], [r_c]))
+                if out is None:
+                    return r
+                np.copyto(out, r)
+                return out
 
-            return accumulate_as(matmul_2d, preferred_element_type)
+            return matmul_2d
 
-        def run(x, y):
+        def run(x, y, out=None):
             x, y = np.asarray(x), np.asarray(y)
             lf = cls._free(x.ndim, lb, lc)
             rf = cls._free(y.ndim, rb, rc)
@@ -1024,10 +1110,39 @@ class DotGeneralOp(PrimitiveOp):
             b = int(np.prod(bshape, dtype=np.int64))
             xm = np.transpose(x, lb + lf + lc).reshape(b, m, k)
             ym = np.transpose(y, rb + rc + rf).reshape(b, k, n)
-            out = np.matmul(xm, ym)
-            return out.reshape(bshape + [x.shape[d] for d in lf] + [y.shape[d] for d in rf])
+            if out is not None:
+                np.matmul(xm, ym, out=out.reshape(b, m, n))
+                return out
+            return np.matmul(xm, ym).reshape(bshape + [x.shape[d] for d in lf] + [y.shape[d] for d in rf])
 
-        return accumulate_as(run, preferred_element_type)
+        return run
+
+    @classmethod
+    def out_kernel(
+        cls,
+        lhs_batching_dimensions=(),
+        rhs_batching_dimensions=(),
+        lhs_contracting_dimensions=(),
+        rhs_contracting_dimensions=(),
+        preferred_element_type=None,
+        **_,
+    ):
+        """The contraction with ``np.matmul``'s ``out=`` when both operands
+        have the result's dtype (not bfloat16 / float16, which accumulate in
+        float32); otherwise the kernel's result copied into ``out``."""
+        f = cls._contraction(
+            lhs_batching_dimensions, rhs_batching_dimensions, lhs_contracting_dimensions, rhs_contracting_dimensions
+        )
+        k = accumulate_as(f, preferred_element_type)
+
+        def into(out, x, y):
+            x, y = np.asarray(x), np.asarray(y)
+            if x.dtype == y.dtype == out.dtype and out.dtype not in _LOW_SET and out.flags.c_contiguous:
+                return f(x, y, out=out)
+            np.copyto(out, k(x, y))
+            return out
+
+        return into
 
     @classmethod
     def vjp(
@@ -1576,6 +1691,11 @@ class ConcatenateOp(PrimitiveOp):
     @classmethod
     def kernel(cls, dimension, **_):
         return lambda *xs: np.concatenate(xs, axis=dimension)
+
+    @classmethod
+    def out_kernel(cls, dimension, **_):
+        """``np.concatenate`` with ``out=``."""
+        return lambda out, *xs: np.concatenate(xs, axis=dimension, out=out)
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, dimension=0, **params):

@@ -255,6 +255,21 @@ class PrimitiveOp(IRDLOperation):
         """
         raise NotImplementedError(f"{cls.name} has no numpy kernel")
 
+    #: :meth:`out_kernel` may write over an operand it reads (an elementwise
+    #: op reading each element before it writes the same element).
+    OUT_IN_PLACE: ClassVar[bool] = False
+
+    @classmethod
+    def out_kernel(cls, **params: Any) -> Callable[..., Any] | None:
+        """A numpy callable ``f(out, *operands)`` that writes the op's one
+        result into ``out`` (an array of the result's shape and dtype) and
+        returns it, with :meth:`kernel`'s bits; None (the default) when the
+        op has none for these params.  The runtime's buffer planner
+        (runtime/buffers.py) writes into buffers it keeps from call to call
+        through it; ``out`` never overlaps an operand unless
+        :attr:`OUT_IN_PLACE`, and then only element for element."""
+        return None
+
     # ---- the gradient rule (VJP) ----------------------------------------
     @classmethod
     def vjp(

@@ -181,7 +181,11 @@ class Executable:
         ]
         self.main_plan = Plan(main.body.block, "main")
         self.main_kernels = self.main_plan.kernels(self._main_kernel)
-        self.device_plan = Plan(self.replicate.body.block if self.replicate is not None else Block(), "device")
+        self.device_plan = Plan(
+            self.replicate.body.block if self.replicate is not None else Block(),
+            "device",
+            keeps_operands=_keeps_operands,  # buffers planned by liveness (runtime/buffers.py)
+        )
         # One kernel tuple per participant p = r * C + c (built below).
         self.device_kernels = _ParticipantKernels(
             self.num_replicas * self.num_cores,
@@ -341,6 +345,14 @@ class Executable:
             describe=describe,
         )
         return _by_output(self._all_replicas(results), n, m)
+
+    def _renew_buffers(self) -> None:
+        """New planned buffers for the device plans after a failed run (a
+        worker it left behind may still write into the old ones)."""
+        plans = [self.device_plan] + [plan for groups in self._grouped.values() for _, plan, _ in groups]
+        for plan in plans:
+            for b in list(plan.buffer_sets):
+                b.renew()
 
     def _device_kernel(self, op: Operation, r: int, c: int = 0) -> Callable[..., Any]:
         """The kernel of ``op`` for the worker of replica ``r``, logical core
@@ -701,6 +713,7 @@ class Executable:
                     f"device_replicas_{len(block)}",
                     replicas=len(block),
                     together=lambda op: isinstance(op, sequential.COLLECTIVES),
+                    keeps_operands=_keeps_operands,
                 )
             kernels = plan.kernels(
                 lambda op, j=0, w=w, block=block: (
@@ -779,6 +792,7 @@ class Executable:
                         "(messages of the failed run may still be in flight): end it"
                     )
                 self._replace_busy_host_workers()
+                self._renew_buffers()
                 self.abort.reset()
                 self.comm.reset()
             if not self._started:
@@ -1016,6 +1030,13 @@ def _needs_runtime(cls: type) -> bool:
     if got is None:
         got = _needs_runtime_cache[cls] = issubclass(cls, _RUNTIME_OPS) or bool(getattr(cls, "HOST_ONLY", False))
     return got
+
+
+def _keeps_operands(op: Operation) -> bool:
+    """Whether ``op``'s kernel may hold its operands past its return (a
+    collective, a host transfer, a region op holding one): its operands get
+    no planned buffer (runtime/buffers.py)."""
+    return _needs_runtime(type(op)) or any(_needs_runtime(type(o)) for r in op.regions for o in r.walk())
 
 
 def _root(a: np.ndarray) -> Any:

@@ -4,21 +4,20 @@ buffers the kernel keeps.
 The body's ops run in order, each through its own kernel (its
 ``PrimitiveOp.kernel``), so the results are the unfused ops' bits.  What
 fusion changes is where the values go: a value used only inside the region
-(an intermediate) is written with ``out=`` into a buffer the kernel keeps
-from call to call (one set per thread: replicas run the same kernel on
-several threads), and a buffer is reused by a later value of the same shape
-and dtype once every value that may share its memory is dead (liveness
-over the body, views of a broadcast counted as uses of its operand).  Ufunc
-ops (``hlo.add``, ``hlo.tanh``, ``hlo.compare``, float32/float64
-``hlo.divide``, ...) write through ``out=``; ``hlo.select`` and
-``hlo.convert`` through ``np.copyto`` (the same selection and the same cast
-as ``np.where`` and ``astype``); the others (broadcasts, reductions,
-``hlo.logistic``, integer division, and every arithmetic op on bfloat16 /
+(an intermediate) is written through its op's ``out_kernel`` (the same
+ufunc with ``out=``, ``np.copyto`` for a select or a convert, ``np.matmul``
+with ``out=``) into a buffer the kernel keeps from call to call (one set
+per thread: replicas run the same kernel on several threads); buffers are
+assigned by liveness over the body (runtime/buffers.py), so a later value
+of the same shape and dtype reuses one once every value that may share its
+memory is dead.  Ops without an ``out_kernel`` (broadcasts, reductions,
+``hlo.logistic``, integer division, every arithmetic op on bfloat16 /
 float16, whose kernel computes in float32 and rounds once per op as XLA
-does) call their kernel as the unfused program does.  The region's
-results are new arrays on every call (the caller and later ops own them).
-So a chain of elementwise ops allocates no temporaries after its first
-call, and takes no page faults for them.
+does) call their kernel as the unfused program does.  The region's results
+are new arrays, or written into the arrays the caller passes as ``_outs``
+(the plan's buffers, runtime/plan.py).  So a chain of elementwise ops
+allocates no temporaries after its first call, and takes no page faults for
+them.
 """
 
 from __future__ import annotations
@@ -32,12 +31,12 @@ from typing import Any
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
-from xtpu.dialects import hlo
 from xtpu.dialects.fusion import FusionRegionOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
+from xtpu.runtime.buffers import assign
 
-__all__ = ["fused_kernel", "inner_op"]
+__all__ = ["fused_kernel", "inner_op", "value_key", "writes_results"]
 
 
 class _Lines:
@@ -70,22 +69,35 @@ def inner_op(frame_or_tb: Any) -> Operation | None:
     return None if lines is None else lines.ops.get(lineno)
 
 
-def _writer(op: Operation, kernel: Any) -> str | None:
-    """How ``op`` writes into a kept buffer: ``"ufunc"``, ``"select"``,
-    ``"convert"``, or None (its kernel allocates its result)."""
-    if isinstance(op, hlo.SelectOp):
-        return "select"
-    if isinstance(op, hlo.ConvertOp):
-        return "convert"
-    if isinstance(kernel, np.ufunc) and kernel.nout == 1:
-        return "ufunc"
-    return None
+def value_key(v: SSAValue) -> tuple[tuple[int, ...], Any] | None:
+    """``(shape, numpy dtype)`` of a value of static shape, else None."""
+    try:
+        spec = TensorSpec.of_type(v.type)
+    except (ValueError, TypeError):
+        return None
+    if any(d < 0 for d in spec.shape) or spec.dtype == "string":
+        return None
+    return tuple(spec.shape), numpy_dtype(spec.dtype)
+
+
+def _out_kernel(o: Operation) -> Callable[..., Any] | None:
+    return type(o).out_kernel(**o.params()) if isinstance(o, PrimitiveOp) else None
+
+
+def writes_results(op: FusionRegionOp) -> list[bool]:
+    """For each result of ``op``: whether its fused kernel can write it into
+    a given array (``fused(*xs, _outs=...)``): its body op has an
+    ``out_kernel``."""
+    term = op.body.block.last_op
+    return [isinstance(v.owner, Operation) and _out_kernel(v.owner) is not None for v in term.operands]
 
 
 def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | None = None) -> Callable[..., Any]:
     """The kernel of ``op``: takes the region's operands, returns its result
     (a tuple of them when there are several); ``kernel_of(inner)`` gives an
-    inner op's kernel (default: its ``PrimitiveOp.kernel``)."""
+    inner op's kernel (default: its ``PrimitiveOp.kernel``).  Called with
+    ``_outs`` (one array or None per result), it writes the results it can
+    (:func:`writes_results`) into those arrays."""
     block = op.body.block
     ops = [o for o in block.ops if o is not block.last_op]
     yielded = list(block.last_op.operands)
@@ -93,82 +105,37 @@ def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | Non
     for o in ops:
         if not isinstance(o, PrimitiveOp):
             raise NotImplementedError(f"the runtime cannot execute '{o.name}' in a fusion.region")
-        k = kernel_of(o) if kernel_of is not None else type(o).kernel(**o.params())
-        if isinstance(o, hlo.DivideOp) and TensorSpec.of_type(o.result.type).dtype in ("float32", "float64"):
-            # hlo.divide's kernel on float32/float64 is np.true_divide; on
-            # bfloat16/float16 it computes in float32 and rounds once (XLA's
-            # float normalization), so those keep the kernel itself.
-            k = np.true_divide
-        kernels.append(k)
-    writers = [_writer(o, k) for o, k in zip(ops, kernels)]
-
-    # Liveness: the last op reading each value; an op that may return a view
-    # of its operands (writers None) keeps them alive as long as its result.
-    INF = len(ops) + 1
-    last: dict[SSAValue, int] = {v: INF for v in yielded}
-    for i in range(len(ops) - 1, -1, -1):
-        o = ops[i]
-        r = o.results[0]
-        for a in o.operands:
-            last[a] = max(last.get(a, -1), i)
-            if writers[i] is None:
-                last[a] = max(last[a], last.get(r, i))
+        kernels.append(kernel_of(o) if kernel_of is not None else type(o).kernel(**o.params()))
+    outk = [_out_kernel(o) for o in ops]
+    steps = [
+        (list(o.operands), list(o.results), [value_key(r) for r in o.results], k is not None, type(o).OUT_IN_PLACE)
+        for o, k in zip(ops, outk)
+    ]
+    slots = assign(steps, set(yielded), min_bytes=0)
 
     names: dict[SSAValue, str] = {a: f"a{n}" for n, a in enumerate(block.args)}
-    free: dict[tuple, list[int]] = {}
-    shapes: list[tuple[tuple[int, ...], Any]] = []
+    yield_pos = {v: k for k, v in enumerate(yielded)}
     lines: list[str] = []
     line_op: dict[int, Operation] = {}
-    dying: dict[int, list[SSAValue]] = {}
-    for v, i in last.items():
-        dying.setdefault(i, []).append(v)
-    slot_of: dict[SSAValue, int] = {}
-    for i, (o, w) in enumerate(zip(ops, writers)):
+    for i, o in enumerate(ops):
         r = o.results[0]
-        args = [names[a] for a in o.operands]
-        # Operands read for the last time here free their buffers first
-        # (an elementwise op may write over its own operand), except for a
-        # select, which writes on_false and then on_true where pred holds:
-        # only on_false may share its buffer.
-        late = []
-        for v in dying.get(i, ()):
-            if w == "select" and v is not o.operands[2]:
-                late.append(v)
-                continue
-            s = slot_of.pop(v, None)
-            if s is not None:
-                free.setdefault(shapes[s], []).append(s)
-        out = None
-        if w is not None and last.get(r, INF) < INF:
-            spec = TensorSpec.of_type(r.type)
-            key = (tuple(spec.shape), numpy_dtype(spec.dtype))
-            pool = free.get(key)
-            if pool:
-                s = pool.pop()
-            else:
-                s = len(shapes)
-                shapes.append(key)
-            slot_of[r] = s
-            out = f"b{s}"
-        for v in late:
-            s = slot_of.pop(v, None)
-            if s is not None:
-                free.setdefault(shapes[s], []).append(s)
+        args = ", ".join(names[a] for a in o.operands)
         name = names[r] = f"v{i}"
+        s = slots.slot_of.get(r)
         line_op[len(lines) + 1] = o  # + the head's lines, below
-        if out is None:
-            lines.append(f"    {name} = k{i}({', '.join(args)})")
-        elif w == "ufunc":
-            lines.append(f"    {name} = k{i}({', '.join(args)}, out={out})")
-        elif w == "select":
-            p, t, f = args
-            lines.append(f"    _copyto({out}, {f}); _copyto({out}, {t}, where={p}); {name} = {out}")
-        else:  # convert
-            lines.append(f"    _copyto({out}, {args[0]}, casting='unsafe'); {name} = {out}")
+        if s is not None:
+            lines.append(f"    {name} = o{i}(b{s}, {args})")
+        elif outk[i] is not None and r in yield_pos:
+            k = yield_pos[r]
+            lines.append(
+                f"    {name} = k{i}({args}) if _outs is None or _outs[{k}] is None else o{i}(_outs[{k}], {args})"
+            )
+        else:
+            lines.append(f"    {name} = k{i}({args})")
     rets = [names[v] for v in yielded]
-    head = [f"def fused({', '.join(names[a] for a in block.args)}):"]
-    if shapes:
-        head.append("    " + "".join(f"b{s}, " for s in range(len(shapes))) + "= _kept.buffers")
+    head = [f"def fused({''.join(names[a] + ', ' for a in block.args)}_outs=None):"]
+    if len(slots):
+        head.append("    " + "".join(f"b{s}, " for s in range(len(slots))) + "= _kept.buffers")
     body = head + lines
     by_line = _Lines({n + len(head): o for n, o in line_op.items()})
     body.append(
@@ -181,7 +148,8 @@ def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | Non
     source = "\n".join(body) + "\n"
 
     namespace: dict[str, Any] = {f"k{i}": k for i, k in enumerate(kernels)}
-    namespace.update(_copyto=np.copyto, _kept=_Kept(shapes), _lines=by_line)
+    namespace.update({f"o{i}": k for i, k in enumerate(outk) if k is not None})
+    namespace.update(_kept=_Kept(slots.keys), _lines=by_line)
     filename = f"<xtpu fusion #{next(_ids)}>"
     _CODE[filename] = by_line
     exec(compile(source, filename, "exec"), namespace)

@@ -28,9 +28,10 @@ from xtpu.dialects.locations import format_location
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.runtime import profiler as _profiler
+from xtpu.runtime.buffers import Buffers, Slots, assign
 from xtpu.runtime.channels import ChannelClosed
 from xtpu.runtime.errors import Aborted, HostComputeError, ReplicasDiverged, XtpuRuntimeError
-from xtpu.runtime.fusion import fused_kernel
+from xtpu.runtime.fusion import fused_kernel, value_key, writes_results
 from xtpu.runtime.fusion import inner_op as fused_inner_op
 
 CONSTANT_OPS = (ConstantOp, StringConstantOp, IotaOp)
@@ -39,6 +40,7 @@ FOLD_BYTES = 1 << 24
 #: A region op's kernel -> the ``(run, K)`` of its regions' plans.
 REGION_RUNNERS: weakref.WeakKeyDictionary[Callable[..., Any], list] = weakref.WeakKeyDictionary()
 _UNSET = object()
+_REGION_OUTS = object()
 
 KernelFactory = Callable[[Operation], Callable[..., Any]]
 
@@ -85,9 +87,17 @@ class Plan:
     call for all replicas: ``K[i]`` takes the operands' sequences and
     returns its result's sequence (for several results, one sequence each).
 
+    Given ``keeps_operands`` (a predicate: the op's kernel may hold its
+    operands past its return, as a collective or a host transfer does), the
+    plan assigns buffers (runtime/buffers.py): each value an op can write
+    into a given array gets one by liveness, and :meth:`kernels` binds each
+    worker's own arrays, kept from call to call; the values the block gives
+    back stay fresh.
+
     Attributes:
       ops: the non-terminator ops, in order; ``ops[i]`` uses ``K[i]``.
       replicas: ``m``.
+      slots: the buffer assignment (empty without ``keeps_operands``).
     """
 
     def __init__(
@@ -97,6 +107,7 @@ class Plan:
         captures: Sequence[SSAValue] = (),
         replicas: int = 1,
         together: Callable[[Operation], bool] | None = None,
+        keeps_operands: Callable[[Operation], bool] | None = None,
     ):
         self.block = block
         self.name = name
@@ -187,6 +198,13 @@ class Plan:
             lines.append(line)
             self._line_of_op[len(lines)] = i
         rets = [names[v] for v in term.operands] if term is not None else []
+        self.slots = Slots()
+        self._private = 0
+        self._op_slots: dict[int, list[int | None]] = {}
+        self._out_kernels: dict[int, Callable[..., Any]] = {}
+        self.buffer_sets: weakref.WeakSet[Buffers] = weakref.WeakSet()
+        if keeps_operands is not None:
+            self._plan_buffers(term, keeps_operands, constant_of)
         if self.sequences:
             self._emit_segments(lines, entries, rets)
         lines.append("    return (" + "".join(f"{r}, " for r in rets) + ")")
@@ -263,12 +281,106 @@ class Plan:
                         lines.append(f"        {o}[j] = x{o[1:]}")
             n = end
 
+    def _plan_buffers(
+        self, term: Operation | None, keeps: Callable[[Operation], bool], constant_of: dict[SSAValue, int]
+    ) -> None:
+        """:attr:`slots` and, per planned op, its results' slots and its
+        out kernel (runtime/buffers.py)."""
+        escaping: set[SSAValue] = set(term.operands) if term is not None else set()
+        steps = []
+        index = []
+        for i, op in enumerate(self.ops):
+            if any(r in constant_of for r in op.results):
+                continue
+            operands = list(op.operands) + (self.regions[i][1] if i in self.regions else [])
+            keys: list = [None] * len(op.results)
+            out_kernel = None
+            if keeps(op) or self._runs_together(op):
+                escaping.update(operands)
+            elif isinstance(op, FusionRegionOp):
+                writes = writes_results(op)
+                if any(writes):
+                    keys = [value_key(r) if w else None for r, w in zip(op.results, writes)]
+                    out_kernel = _REGION_OUTS  # the fused kernel's _outs, bound in _bind
+            elif isinstance(op, PrimitiveOp) and len(op.results) == 1 and not op.regions:
+                out_kernel = type(op).out_kernel(**op.params())
+                if out_kernel is not None:
+                    keys = [value_key(op.results[0])]
+            in_place = out_kernel is not None and not isinstance(op, FusionRegionOp) and type(op).OUT_IN_PLACE
+            steps.append((operands, list(op.results), keys, out_kernel is not None, in_place))
+            index.append((i, out_kernel))
+        if not self.sequences:
+            self.slots = assign(steps, escaping, recycle=True)
+            self._private = len(self.slots)
+        else:
+            # Replicas one after another in one thread: values that die in
+            # the segment that made them share one buffer across the
+            # replicas; the others get one per replica (Buffers).
+            local = self._segment_local(steps, [i for i, _ in index], escaping)
+            crossing = [
+                (o, r, [k if v not in local else None for v, k in zip(r, ks)], w, p) for o, r, ks, w, p in steps
+            ]
+            inside = [(o, r, [k if v in local else None for v, k in zip(r, ks)], w, p) for o, r, ks, w, p in steps]
+            private, shared = assign(crossing, escaping, recycle=True), assign(inside, escaping)
+            self._private = len(private)
+            self.slots = private
+            for v, slot in shared.slot_of.items():
+                self.slots.slot_of[v] = slot + self._private
+            self.slots.keys += shared.keys
+        for i, out_kernel in index:
+            if out_kernel is None:
+                continue
+            got = [self.slots.slot_of.get(r) for r in self.ops[i].results]
+            if any(s is not None for s in got):
+                self._op_slots[i] = got
+                self._out_kernels[i] = out_kernel
+
+    def _segment_local(self, steps: list, ops: list[int], escaping: set[SSAValue]) -> set[SSAValue]:
+        """The values (of ``steps``, in op order) read only in the segment
+        that made them, by ops that do not run together, and not views of
+        values read later (:meth:`_emit_segments`)."""
+        segment: dict[SSAValue, int] = {}
+        seg = 0
+        prev_together = False
+        reads: list[tuple[list, list, int, bool, bool]] = []
+        for i, (operands, results, _, writes, _) in zip(ops, steps):
+            together = self._runs_together(self.ops[i])
+            if together or prev_together:
+                seg += 1
+            prev_together = together
+            for r in results:
+                segment[r] = seg
+            reads.append((operands, results, seg, together, writes))
+        crossing = set(escaping)
+        for operands, _, seg_i, together, _ in reads:
+            for a in operands:
+                if together or segment.get(a, -1) != seg_i:
+                    crossing.add(a)
+        for operands, results, _, _, writes in reversed(reads):
+            if not writes and any(r in crossing for r in results):
+                crossing.update(operands)  # a view of it may cross
+        return {v for v in segment if v not in crossing}
+
+    def _bind(self, i: int, kernel: Callable[..., Any], buffers: Buffers, j: int) -> Callable[..., Any]:
+        """Op ``i``'s kernel for replica ``j`` writing into ``buffers`` (its planned slots)."""
+        slots = self._op_slots[i]
+        if isinstance(self.ops[i], FusionRegionOp):
+            return buffers.bind(j, lambda outs, *xs: kernel(*xs, _outs=outs), slots, kernel, many=True)
+        return buffers.bind(j, self._out_kernels[i], slots, kernel)
+
+    def new_buffers(self) -> Buffers:
+        """One worker's arrays for :attr:`slots` (listed in :attr:`buffer_sets`)."""
+        b = Buffers(self.slots.keys, self.replicas, self._private, frozenset(self.slots.recycled))
+        self.buffer_sets.add(b)
+        return b
+
     def kernels(self, factory: KernelFactory) -> tuple:
         """``K`` for :attr:`run`: constants evaluated, region ops built from
         their sub-plans, other ops via ``factory(op)``; with ``replicas > 1``
         ``factory(op, j)`` gives replica ``j``'s kernel, and
         ``factory(op, None)`` a together op's."""
         m, seq = self.replicas, self.sequences
+        bufs = self.new_buffers() if self._op_slots else None
         out = []
         for i, op in enumerate(self.ops):
             if isinstance(op, CONSTANT_OPS) or i in self._constants:
@@ -294,7 +406,8 @@ class Plan:
                         REGION_RUNNERS[kernel] = runners  # for the profiler (runtime/profiler.py)
                         per.append(kernel)
                     else:
-                        per.append(f(op))
+                        k = f(op)
+                        per.append(self._bind(i, k, bufs, j) if bufs is not None and i in self._op_slots else k)
                 out.append(tuple(per) if seq else per[0])
         return tuple(out)
 

@@ -1,0 +1,225 @@
+"""Buffer planning: each value of a block that an op can write into a given
+array gets a buffer by liveness, once per plan, and the buffers are kept
+from call to call.
+
+XLA's buffer assignment in numpy's terms.  :func:`assign` walks a block's
+ops in order; a value gets a slot when its op has an ``out_kernel``
+(``PrimitiveOp.out_kernel``: the op's kernel writing into a given array,
+with the same bits) and it is big enough to matter; a slot is freed when
+every value that may share its memory is dead, so a later value of the same
+shape and dtype reuses it.  What never gets a slot:
+
+* values the block gives back (its terminator's operands) and everything
+  they may be views of: the caller owns them (outputs are fresh arrays);
+* values an op reads that keeps them past its own return: a collective
+  (other participants read the operand after this one returned), a host
+  transfer, any op without a pure kernel (``escapes``);
+* values of ops whose kernel may return a view of an operand: those keep
+  their operands alive as long as themselves (and an escaping view makes
+  its operand escape).
+
+A steady-state call then allocates only its outputs, the results of ops
+without an ``out_kernel`` and what collectives return: no page faults for
+the step's intermediates, whatever malloc does with freed memory.
+:class:`Buffers` holds one set of arrays for one worker (a replica's
+kernels); :meth:`Buffers.renew` replaces them after a failed run (a worker
+abandoned mid-kernel may still write into the old ones).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MIN_BYTES", "Buffers", "Slots", "assign"]
+
+#: Smaller values are left to malloc (its bins reuse them without faults).
+MIN_BYTES = 1 << 16
+
+Key = tuple[tuple[int, ...], Any]
+
+
+class Slots:
+    """The result of :func:`assign`: ``slot_of[value]`` is its buffer,
+    ``keys[slot]`` that buffer's ``(shape, dtype)``."""
+
+    def __init__(self) -> None:
+        self.slot_of: dict[Hashable, int] = {}
+        self.keys: list[Key] = []
+        #: Slots of values the block gives away (recycled, :class:`Buffers`).
+        self.recycled: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def assign(
+    steps: Sequence[tuple[Sequence[Hashable], Sequence[Hashable], Sequence[Key | None], bool, bool]],
+    escaping: set[Hashable],
+    min_bytes: int = MIN_BYTES,
+    recycle: bool = False,
+) -> Slots:
+    """Slots for the values of ``steps``, one per op in order:
+    ``(operands, results, keys, writes, in_place)``, where ``keys[k]`` is
+    result ``k``'s ``(shape, numpy dtype)`` when it may get a slot (None:
+    never), ``writes`` says the op writes its results into given arrays (an
+    ``out_kernel``; otherwise its results may be views of its operands) and
+    ``in_place`` that it may write over an operand it reads for the last
+    time.  ``escaping``: values read past the block (module doc); with
+    ``recycle`` each escaping result an op writes gets a slot of its own in
+    :attr:`Slots.recycled` (module doc)."""
+    INF = len(steps) + 1
+    last: dict[Hashable, int] = {v: INF for v in escaping}
+    for i in range(len(steps) - 1, -1, -1):
+        operands, results, _, writes, _ = steps[i]
+        alive = max((last.get(r, i) for r in results), default=i)
+        for a in operands:
+            end = i if writes else max(i, alive)  # a view lives as long as its result
+            if last.get(a, -1) < end:
+                last[a] = end
+    dying: dict[int, list[Hashable]] = {}
+    for v, i in last.items():
+        if i < INF:
+            dying.setdefault(i, []).append(v)
+    out = Slots()
+    free: dict[Key, list[int]] = {}
+
+    def release(v: Hashable) -> None:
+        s = out.slot_of.get(v)
+        if s is not None and v not in released:
+            released.add(v)
+            free.setdefault(out.keys[s], []).append(s)
+
+    released: set[Hashable] = set()
+    for i, (_, results, keys, writes, in_place) in enumerate(steps):
+        if in_place:
+            for v in dying.get(i, ()):
+                release(v)
+        if writes:
+            for r, key in zip(results, keys):
+                if key is None:
+                    continue
+                shape, dtype = key
+                if int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize < min_bytes:
+                    continue
+                if last.get(r, -1) >= INF or r in escaping:
+                    if recycle:
+                        out.slot_of[r] = len(out.keys)
+                        out.recycled.add(len(out.keys))
+                        out.keys.append(key)
+                    continue
+                pool = free.get(key)
+                if pool:
+                    s = pool.pop()
+                else:
+                    s = len(out.keys)
+                    out.keys.append(key)
+                out.slot_of[r] = s
+        if not in_place:
+            for v in dying.get(i, ()):
+                release(v)
+        for r in results:  # a result nobody reads dies at once
+            if r not in last:
+                release(r)
+    return out
+
+
+class Buffers:
+    """One worker's arrays for the slots of a plan, kept from call to call.
+
+    A worker running ``replicas`` replicas one after another (the
+    sequential mode, runtime/sequential.py) has one set of arrays per
+    replica for the first ``private`` slots (values that live across
+    segments) and one set shared by its replicas for the others (values
+    that die in the segment that made them: replica ``j + 1`` runs that
+    segment after replica ``j`` is done with them)."""
+
+    def __init__(
+        self, keys: Sequence[Key], replicas: int = 1, private: int | None = None, recycled: frozenset[int] = frozenset()
+    ):
+        self.keys = list(keys)
+        self.replicas = replicas
+        self.private = len(self.keys) if private is None else private
+        self.recycled = recycled
+        self.arrays: list[list[Any]] = []
+        self.renew()
+
+    def renew(self) -> None:
+        """New arrays (the old ones stay with whoever still writes them:
+        a worker a failed run left behind)."""
+        shared = [np.empty(shape, dtype) for shape, dtype in self.keys[self.private :]]
+        self.arrays = [
+            [
+                [] if s in self.recycled else np.empty(shape, dtype)
+                for s, (shape, dtype) in enumerate(self.keys[: self.private])
+            ]
+            + shared
+            for _ in range(self.replicas)
+        ]
+
+    def _take(self, j: int, s: int) -> np.ndarray:
+        """Slot ``s`` of replica ``j``: its array, or for a recycled slot
+        one of its arrays that nobody holds any more (the caller dropped
+        the output, the collective returned), else a new one."""
+        a = self.arrays[j][s]
+        if s not in self.recycled:
+            return a
+        for k, busy in enumerate(_refcounts(a)):
+            if busy <= _FREE:
+                return a[k]
+        new = np.empty(*self.keys[s])
+        if len(a) < RECYCLED_ARRAYS:
+            a.append(new)
+        return new
+
+    def bind(
+        self,
+        j: int,
+        out_kernel: Callable[..., Any],
+        slots: Sequence[int | None],
+        kernel: Callable[..., Any],
+        many: bool = False,
+    ) -> Callable[..., Any]:
+        """Replica ``j``'s kernel taking the op's operands:
+        ``out_kernel(out, *xs)`` into slot ``slots[0]``; with ``many``
+        ``out_kernel(outs, *xs)`` with ``outs`` the arrays of ``slots``
+        (None where a result has none).  ``kernel`` when no slot is set.
+        The arrays are looked up at each call (:meth:`renew`)."""
+        if all(s is None for s in slots):
+            return kernel
+        take = self._take
+        if not many:
+            (s,) = slots
+            if s not in self.recycled:
+
+                def into(*xs):
+                    return out_kernel(self.arrays[j][s], *xs)
+
+                return into
+
+            def into_recycled(*xs):
+                return out_kernel(take(j, s), *xs)
+
+            return into_recycled
+
+        def into_many(*xs):
+            return out_kernel(tuple(None if s is None else take(j, s) for s in slots), *xs)
+
+        return into_many
+
+
+#: Arrays a recycled slot keeps: the caller may hold the outputs of the
+#: last call or two while the next one runs (a training loop feeding its
+#: weights back holds one).
+RECYCLED_ARRAYS = 3
+
+
+def _refcounts(pool: list) -> list[int]:
+    return [sys.getrefcount(pool[k]) for k in range(len(pool))]
+
+
+#: What :func:`_refcounts` reads for an array only its pool holds.
+_FREE = _refcounts([np.empty(0)])[0]
