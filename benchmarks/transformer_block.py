@@ -17,8 +17,10 @@ faults (``ru_minflt``) per step; per process: peak RSS (``ru_maxrss``) and
 the first trace + compile.  xtpu runs with its default pipeline (fused) and,
 as a second row, without ``hlo-fuse-elementwise`` (unfused).
 
-The machine's load average is printed with the table: on a shared machine,
-compare the two sides of one round, not runs.
+The machine's 1-minute load average is printed beside each figure (the
+median over the rounds of the mean before and after each run) and for the
+whole table: on a shared machine, compare the two sides of one round, not
+runs.
 """
 
 from __future__ import annotations
@@ -191,10 +193,13 @@ def run_side(side: str, R: int, state: str, steps: int) -> dict:
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
         env["JAX_PLATFORMS"] = "cpu"
     cmd = [sys.executable, os.path.abspath(__file__), "--side", side, "--replicas", str(R), "--state", state]
+    load = os.getloadavg()[0]
     proc = subprocess.run(cmd + ["--steps", str(steps)], capture_output=True, text=True, env=env)
     if proc.returncode:
         sys.exit(f"the {side} side failed:\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got["load"] = (load + os.getloadavg()[0]) / 2  # the 1-minute load average around the run
+    return got
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                     got.setdefault((side, R, state), []).append(run_side(side, R, state, args.steps))
     load1 = os.getloadavg()[0]
     print(f"transformer block step, medians of {args.rounds} rounds; load average {load0:.1f} -> {load1:.1f}")
-    print("| R | state | side | step | / JAX | faults/step | peak RSS | trace+compile | loss |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| R | state | side | step | / JAX | faults/step | peak RSS | trace+compile | / JAX | loss | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for R in counts:
         for state in ("keep", "drop"):
             med = {
@@ -233,12 +238,15 @@ def main(argv: list[str] | None = None) -> int:
                 for side in sides
             }
             jax_t = med.get("jax", {}).get("time")
+            jax_c = med.get("jax", {}).get("compile")
             for side in sides:
                 m = med[side]
                 ratio = f"{m['time'] / jax_t:.2f}" if jax_t else "-"
+                cratio = f"{m['compile'] / jax_c:.2f}" if jax_c else "-"
                 print(
                     f"| {R} | {state} | {side} | {m['time'] * 1e3:.1f} ms | {ratio} | {m['faults']:.0f} | "
-                    f"{m['rss'] / 2**20:.0f} MB | {m['compile'] * 1e3:.0f} ms | {m['loss']:.5f} |"
+                    f"{m['rss'] / 2**20:.0f} MB | {m['compile'] * 1e3:.0f} ms | {cratio} | {m['loss']:.5f} | "
+                    f"{m['load']:.1f} |"
                 )
     return 0
 
