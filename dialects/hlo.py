@@ -668,15 +668,13 @@ def _select(pred, on_true, on_false):
     the last axis (broadcast from rows) and a splat ``on_false`` (a gather
     zeroing its out-of-range rows): a copy of ``on_true`` and one row
     assignment instead of an element-by-element choice (8x faster for
-    float32[512, 128]); when every row is chosen, ``on_true`` itself (the
-    runtime never writes into an op's operand)."""
+    float32[512, 128]).  The result is always a new array: the buffer
+    planner (runtime/buffers.py) counts on an op with an ``out_kernel`` never
+    returning a view of an operand."""
     p, f = np.asarray(pred), np.asarray(on_false)
     if p.ndim and p.strides[-1] == 0 and not any(f.strides) and f.size and np.shape(on_true) == p.shape:
-        rows = p[..., 0]
-        if rows.all():
-            return np.asarray(on_true)
         out = np.array(on_true, copy=True)
-        out[~rows] = f.flat[0]
+        out[~p[..., 0]] = f.flat[0]
         return out
     return np.where(p, on_true, on_false)
 

@@ -163,6 +163,12 @@ def _out_kernel_cases():
     cases += [
         (hlo.CompareOp, {"comparison_direction": "LT", "element_dtype": "float32"}, [x, y]),
         (hlo.SelectOp, {}, [x < y, x, y]),
+        # _select's fast path (a row-broadcast predicate, a splat on_false), every row chosen
+        (
+            hlo.SelectOp,
+            {},
+            [np.broadcast_to(np.ones((64, 1), bool), (64, 33)), x, np.broadcast_to(np.float32(0), (64, 33))],
+        ),
         (hlo.ConvertOp, {"dtype": "int32"}, [x * 100]),
         (hlo.ConvertOp, {"dtype": "bfloat16"}, [x.astype(np.float64)]),
         (hlo.ConcatenateOp, {"dimension": 1}, [x, y]),
@@ -198,6 +204,9 @@ def test_every_out_kernel_gives_its_kernels_bits():
             got = cls.out_kernel(**params)(out, *xs)
         assert got is out, cls.name
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), err_msg=f"{cls.name} {params}")
+        # The planner runs the plain kernel for values without a slot and counts on
+        # an op with an out_kernel never returning a view of its operands.
+        assert not any(np.shares_memory(want, a) for a in xs), f"{cls.name} {params}: kernel returned a view"
 
 
 def test_ops_with_their_own_kernel_have_their_own_out_kernel_or_none():
