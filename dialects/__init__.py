@@ -16,6 +16,7 @@ from xtpu.dialects.hlo_indexing import INDEXING_ATTRS, INDEXING_OPS
 from xtpu.dialects.hlo_math import MATH_EXTRA_OPS
 from xtpu.dialects.hlo_random import RANDOM_OPS
 from xtpu.dialects.hlo_rounding import ROUNDING_OPS
+from xtpu.dialects.hlo_window import WINDOW_OPS
 from xtpu.dialects.host_variables import HOST_VARIABLE_OPS
 from xtpu.dialects.summary_histogram import SUMMARY_HISTOGRAM_OPS
 from xtpu.dialects.summary_write import SUMMARY_WRITE_OPS
@@ -28,6 +29,7 @@ HLO = Dialect(
     + ROUNDING_OPS
     + MATH_EXTRA_OPS
     + BITS_OPS
+    + WINDOW_OPS
     + RANDOM_OPS
     + DYNAMIC_SHAPE_OPS
     + HOST_OPS

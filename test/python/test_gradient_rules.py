@@ -41,6 +41,7 @@ from xdsl.parser import Parser
 import xtpu
 from xtpu.core.tracing import bind
 from xtpu.dialects import DIALECTS, ccl, hlo, make_context, tpu
+from xtpu.dialects import hlo_window as W
 from xtpu.dialects.dynamic_shapes import SetDimensionSizeOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.sharding import ShardingAttr
@@ -474,6 +475,74 @@ def _indexing_cases():
     ]
 
 
+def _window_cases():
+    nhwc = "[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]"
+    nchw = "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]"
+    pool = {"window_dimensions": (1, 2, 2, 1), "window_strides": (1, 2, 2, 1)}
+    return [
+        Case(
+            W.ConvolutionOp,
+            ins(f64(2, 5, 4, 3), f64(3, 2, 3, 2)),
+            {"dimension_numbers": nhwc, "window_strides": (2, 1), "padding": ((1, 1), (0, 1))},
+            id="nhwc-strided",
+        ),
+        Case(
+            W.ConvolutionOp,
+            ins(f64(1, 4, 5, 5), f64(4, 2, 2, 2)),
+            {"dimension_numbers": nchw, "rhs_dilation": (2, 1), "feature_group_count": 2},
+            id="nchw-groups-dilated",
+        ),
+        Case(
+            W.ConvolutionOp,
+            ins(f64(4, 5, 2), f64(3, 2, 4)),
+            {
+                "dimension_numbers": "[b, 0, f]x[0, i, o]->[b, 0, f]",
+                "lhs_dilation": (2,),
+                "batch_group_count": 2,
+                "padding": ((2, -1),),
+            },
+            id="1d-batch-groups-lhs-dilated",
+        ),
+        Case(
+            W.ReduceWindowOp,
+            ins(f64(2, 5, 4, 2), np.float64(0.5)),
+            {
+                "computation": "add",
+                "window_dimensions": (1, 3, 2, 1),
+                "window_strides": (1, 2, 1, 1),
+                "base_dilations": (1, 1, 2, 1),
+                "window_dilations": (1, 1, 2, 1),
+                "padding": ((0, 0), (1, 1), (0, 1), (0, 0)),
+            },
+            id="add-dilated-padded",
+        ),
+        Case(
+            W.ReduceWindowOp,
+            ins(distinct(2, 5, 5, 2), np.float64(-100.0)),
+            {"computation": "max", **pool, "padding": ((0, 0), (0, 1), (0, 1), (0, 0))},
+            id="max-pool-padded",
+        ),
+        Case(
+            W.ReduceWindowOp,
+            ins(distinct(3, 4), np.float64(100.0)),
+            {"computation": "min", "window_dimensions": (2, 3), "window_strides": (1, 1)},
+            id="min-overlapping",
+        ),
+        Case(
+            W.SelectAndScatterOp,
+            ins(distinct(2, 4, 4, 2), f64(2, 2, 2, 2), np.float64(0.25)),
+            {"select": "GE", **pool},
+            id="ge",
+        ),
+        Case(
+            W.SelectAndScatterOp,
+            ins(distinct(5, 4), f64(3, 2), np.float64(0.0)),
+            {"select": "LE", "window_dimensions": (3, 3), "window_strides": (2, 2), "padding": ((1, 1), (1, 0))},
+            id="le-padded-overlapping",
+        ),
+    ]
+
+
 CASES: list[Case] = (
     _elementwise_cases()
     + _select_convert_cases()
@@ -483,6 +552,7 @@ CASES: list[Case] = (
     + _tpu_cases()
     + _math_extra_cases()
     + _indexing_cases()
+    + _window_cases()
 )
 
 
