@@ -92,6 +92,22 @@ unchanged.
   all-reduces: GSPMD).  A scatter's result shares its input's sharding, the
   updates' window dims carry it; the indices stay whole.  Backward the
   same maps, inverted.  Other gathers and scatters have no rule.
+* ``hlo.convolution`` (GSPMD's ``HandleConvolution``, a dot with windows):
+  the input's batch dimension and the kernel's output-feature dimension
+  carry their tiling to the result's batch and feature dimensions; an input
+  spatial dimension carries its tiling to the result's when both sizes
+  divide by the tile count and the dimension has no lhs dilation (each core's
+  result tile is a window of the input: a halo exchange); tiles of the input
+  feature / kernel input-feature dimensions (contracted) become replication,
+  and between the two operands those dimensions share their tiling (partial
+  sums, summed by the partitioner).  With feature or batch groups only the
+  spatial dimensions carry tiles.
+* ``hlo.reduce_window`` (GSPMD's ``HandleReduceWindow``): operand and result
+  share the tiling of every dimension without base dilation whose sizes both
+  divide by its tile count (a window of the operand, with a halo); the init
+  value is ``{replicated}``.  ``hlo.select_and_scatter``: operand, source and
+  result likewise (the source as the windows' result).  ``hlo.reverse``:
+  the reversed dimensions are not tiled, the others keep their tiling.
 * ``hlo.iota``, ``hlo.constant``: no operands, so only backward: they take
   what their users ask for.
 * ``hlo.if``: result ``k`` takes the true branch's returned value ``k``, then
@@ -184,6 +200,8 @@ from xtpu.dialects.hlo import (
 )
 from xtpu.dialects.hlo_control import IfOp, ReturnOp, WhileOp
 from xtpu.dialects.hlo_indexing import GatherOp, ScatterOp
+from xtpu.dialects.hlo_math import ReverseOp
+from xtpu.dialects.hlo_window import ConvolutionOp, ReduceWindowOp, SelectAndScatterOp, conv_params
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.sharding import SHARDING_KEY, Sharding, ShardingAttr
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
@@ -542,6 +560,55 @@ def take_dims(op: Operation) -> tuple[int, list[int], list[int]] | None:
     return a, operand_map, [r for r in range(rank) if r not in off]
 
 
+def _conv_maps(op: ConvolutionOp):
+    """Dimension maps of a convolution: lhs->out, rhs->out, lhs->rhs,
+    rhs->lhs (-1: no image); spatial dims map only where both sizes will be
+    checked by :func:`_window_filter`."""
+    p = conv_params(len(_shape(op.lhs)), **op.params())
+    dn = p["dimension_numbers"]
+    rank = len(dn.lhs)
+    l2o, r2o, l2r, r2l = [-1] * rank, [-1] * rank, [-1] * rank, [-1] * rank
+    plain = p["feature_group_count"] == 1 and p["batch_group_count"] == 1
+    if plain:
+        l2o[dn.lhs[0]] = dn.out[0]
+        r2o[dn.rhs[0]] = dn.out[1]
+        l2r[dn.lhs[1]], r2l[dn.rhs[1]] = dn.rhs[1], dn.lhs[1]
+    for i in range(rank - 2):
+        if p["lhs_dilation"][i] == 1:
+            l2o[dn.lhs[2 + i]] = dn.out[2 + i]
+    return l2o, r2o, l2r, r2l
+
+
+def _window_filter(s: Sharding | None, pairs: Sequence[tuple[int, int, int]]) -> Sharding | None:
+    """``s`` with the tiles of dimension ``d`` replicated for each
+    ``(d, n, m)`` whose sizes ``n`` (one side) and ``m`` (the other) do not
+    both divide by its tile count (or are zero)."""
+    if s is None or not s.is_tiled:
+        return s
+    bad = [
+        d for d, n, m in pairs if s.tile_shape[d] > 1 and (not n or not m or n % s.tile_shape[d] or m % s.tile_shape[d])
+    ]
+    return partially_replicate(s, bad)
+
+
+def _conv_spatial(op: ConvolutionOp, side: str) -> list[tuple[int, int, int]]:
+    """``(dim of side, lhs size, out size)`` of each spatial dimension."""
+    p = conv_params(len(_shape(op.lhs)), **op.params())
+    dn = p["dimension_numbers"]
+    ls, os_ = _shape(op.lhs), _shape(op.result)
+    spec = dn.lhs if side == "lhs" else dn.out
+    return [(spec[2 + i], ls[dn.lhs[2 + i]], os_[dn.out[2 + i]]) for i in range(len(ls) - 2)]
+
+
+def _window_pairs(op: Operation) -> list[tuple[int, int, int]]:
+    """Per dimension of a windowed reduction's operand: ``(d, n, m)``, with
+    ``m = 0`` (never kept) where the base is dilated."""
+    p = op.params()
+    n, m = _shape(op.operands[0]), _shape(op.results[0]) if isinstance(op, ReduceWindowOp) else _shape(op.operands[1])
+    bd = p.get("base_dilations") or (1,) * len(n)
+    return [(d, n[d], m[d] if bd[d] == 1 else 0) for d in range(len(n))]
+
+
 def _reduce_map(op: ReduceOp) -> list[int]:
     dims = set(op.params()["dimensions"])
     rank = len(_shape(op.input))
@@ -656,6 +723,10 @@ class _Propagation:
                 ConstantOp,
                 IfOp,
                 WhileOp,
+                ConvolutionOp,
+                ReduceWindowOp,
+                SelectAndScatterOp,
+                ReverseOp,
             ),
         )
 
@@ -730,6 +801,19 @@ class _Propagation:
             _, op_map, _ = self._cached(take_dims, op)
             upd_map = _invert(op_map, len(self.shape(op.updates)))
             return [self.get(op.input), map_dims(self.get(op.updates), upd_map, rank)]
+        if isinstance(op, ConvolutionOp):
+            l2o, r2o, _, _ = self._cached(_conv_maps, op)
+            out_sp = self._cached(_conv_spatial, op, "out")
+            return [
+                _window_filter(map_dims(self.get(op.lhs), l2o, rank), out_sp),
+                map_dims(self.get(op.rhs), r2o, rank),
+            ]
+        if isinstance(op, ReduceWindowOp):
+            return [_window_filter(self.get(op.operand), self._cached(_window_pairs, op))]
+        if isinstance(op, SelectAndScatterOp):
+            return [self.get(op.operand), _window_filter(self.get(op.source), self._cached(_window_pairs, op))]
+        if isinstance(op, ReverseOp):
+            return [partially_replicate(self.get(op.operand), op.params()["dimensions"])]
         return []
 
     def backward_candidates(self, op: Operation, i: int) -> list[Sharding | None]:
@@ -780,6 +864,27 @@ class _Propagation:
             if i == 0:
                 return [out]
             return [map_dims(out, op_map, rank)] if i == 2 else []
+        if isinstance(op, ConvolutionOp):
+            l2o, r2o, l2r, r2l = self._cached(_conv_maps, op)
+            if i == 0:
+                lhs_sp = self._cached(_conv_spatial, op, "lhs")
+                return [
+                    _window_filter(map_dims(out, _invert(l2o, out_rank), rank), lhs_sp),
+                    map_dims(self.get(op.rhs), r2l, rank),
+                ]
+            return [map_dims(out, _invert(r2o, out_rank), rank), map_dims(self.get(op.lhs), l2r, rank)]
+        if isinstance(op, ReduceWindowOp):
+            if i == 1:
+                return [_to_rank(out, out_rank, 0)]
+            return [_window_filter(out, self._cached(_window_pairs, op))]
+        if isinstance(op, SelectAndScatterOp):
+            if i == 2:
+                return [_to_rank(out, out_rank, 0)]
+            if i == 1:
+                return [_window_filter(out, self._cached(_window_pairs, op))]
+            return [out]
+        if isinstance(op, ReverseOp):
+            return [partially_replicate(out, op.params()["dimensions"])]
         return []
 
     def _concat_sharding(self, op: ConcatenateOp, s: Sharding | None) -> Sharding | None:

@@ -92,6 +92,13 @@ result, after resharding its operands to what that needs):
     updates whole; a core whose rows are a block of ``a`` scatters the ids
     minus its first row, and the scatter drops the ids outside its block
     (StableHLO's out-of-range windows): local, no collective;
+  * ``hlo.convolution``, ``hlo.reduce_window``, ``hlo.select_and_scatter``,
+    ``hlo.reverse`` (``passes/spmd_windowed.py``, GSPMD's convolution and
+    windowed-op handlers): a spatially split input exchanges halos with its
+    neighbours (:meth:`window`) and computes its result tile locally; batch
+    and output-feature splits are local; input-feature splits (and a kernel
+    split on a spatial dimension, the weight gradient's form) sum partial
+    results with a ``ccl.all_reduce``;
   * ``hlo.if`` / ``hlo.while``: regions partitioned by the same rules; loop
     values and branch results in the op's result shardings;
   * ``tpu.sharding_constraint``: a reshard to its sharding, then gone;
@@ -154,6 +161,7 @@ from xtpu.dialects.tpu import (
 from xtpu.passes._common import at, chunk_tiling, prefix_tiled, refuse_fused
 from xtpu.passes.propagate_sharding import take_dims
 from xtpu.passes.spmd_cost import all_reduce_bytes, reshard_bytes
+from xtpu.passes.spmd_windowed import RULES as WINDOWED_RULES
 
 INPUT_SHARDINGS = "tpu.input_shardings"
 OUTPUT_SHARDINGS = "tpu.output_shardings"
@@ -642,7 +650,41 @@ class _Partitioner:
         ):
             if isinstance(op, cls):
                 return rule
+        for cls, windowed in WINDOWED_RULES:
+            if isinstance(op, cls):
+                return lambda op, shardings, rule=windowed: rule(self, op, shardings)
         return self.whole
+
+    # What the windowed ops' rules (passes/spmd_windowed.py) read.
+
+    WHOLE = WHOLE
+
+    @staticmethod
+    def shape_of(v: SSAValue) -> Index:
+        return _shape(v)
+
+    def view(self, sharding: Sharding, rank: int) -> _View:
+        return _view(sharding, rank, self.C)
+
+    def layout(self, v: SSAValue) -> Sharding:
+        return self.env[v][1]
+
+    def untiled(self, want: Sharding, rank: int, whole_dims: Sequence[int]) -> Sharding:
+        return self._untiled(want, rank, whole_dims)
+
+    def source(self, old: SSAValue, need: Sharding, dims: Sequence[int]) -> Sharding:
+        return self._source(old, need, dims)
+
+    def from_tiles(self, counts: Sequence[int], index: Sequence[Index]) -> Sharding | None:
+        return _from_tiles(counts, index, self.C)
+
+    @staticmethod
+    def split_groups(result_index, part_index):
+        return _split_groups(result_index, part_index)
+
+    @staticmethod
+    def zero_of(v: SSAValue) -> np.ndarray:
+        return np.zeros((), dtype=numpy_dtype(_spec(v).dtype))
 
     # Each rule: the op's result shardings in, results defined in self.env.
 
