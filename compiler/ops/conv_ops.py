@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from xtpu.core.tracing import Tensor, bind, convert, read_if_variable
 from xtpu.dialects import tpu
 from xtpu.dialects.autodiff import StopGradientOp
 from xtpu.dialects.hlo_window import (
@@ -39,7 +40,6 @@ from xtpu.dialects.hlo_window import (
 from xtpu.ops import math_ops
 from xtpu.ops.array_ops import concat, getitem, reshape
 from xtpu.ops.core import dtype_of, scalar, shape_of
-from xtpu.core.tracing import Tensor, bind, convert, read_if_variable
 
 FLOATS = ("float32", "float64")
 
