@@ -60,7 +60,9 @@ from typing import Any
 import numpy as np
 
 import xtpu
+from xtpu.dialects.hlo_window import num_windows
 from xtpu.dialects.tensor_spec import TensorSpec
+from xtpu.ops.conv_ops import _padding
 
 FLOAT = ("float32", "float64")
 INT = ("int32", "int64")
@@ -568,6 +570,7 @@ class Generator:
             (2, self.op_cast),
             (1 if scope.recording else 0, self.op_stop_gradient),
             (3, self.op_more),
+            (2, self.op_window),
         ]
         for _ in range(4):
             fam = self.ch.weighted(families)
@@ -889,6 +892,97 @@ class Generator:
         self.feature(f"op:{op}")
         text = fn if args is None else f"{fn}({', '.join(args)})"
         return text, out, [x], False, smooth
+
+    def op_window(self, scope):
+        """xtpu.nn's convolutions, pooling and batch norms on a float value of
+        rank 3-5 (channels last, or NC.. for the 2-D ops): windows of 1-3,
+        strides 1-2, SAME / VALID; filters are constants (linspace) of the
+        value's dtype.  ``sync_batch_normalization`` only where every replica
+        reaches it (eagerly emulated with ``crs``)."""
+        ch = self.ch
+        x = self.pick_var(scope, lambda v: v.spec.dtype in FLOAT and v.spec.size > 0)
+        if x is None:
+            return None
+        dt = x.spec.dtype
+        nsp = ch.int(1, 3)
+        r = nsp + 2
+        if x.spec.rank == r:
+            shape, xname = x.spec.shape, x.name
+        else:  # reshaped to rank 3-5 (the sizes split among the dimensions)
+            dims = [1] * r
+            for f in _prime_factors(x.spec.size):
+                dims[ch.int(0, r - 1)] *= f
+            shape, xname = tuple(dims), f"xtpu.reshape({x.name}, {dims})"
+        ops = {
+            1: ["conv1d", "convolution", "max_pool1d", "avg_pool1d", "max_pool", "avg_pool"],
+            2: [
+                "conv2d",
+                "convolution",
+                "depthwise_conv2d",
+                "separable_conv2d",
+                "conv2d_transpose",
+                "max_pool2d",
+                "avg_pool2d",
+                "max_pool",
+                "avg_pool",
+                "fused_batch_norm",
+            ]
+            + (["sync_batch_normalization"] if scope.crs_ok else []),
+            3: ["conv3d", "convolution", "max_pool3d", "avg_pool3d", "max_pool", "avg_pool", "fused_batch_norm"],
+        }[nsp]
+        op = ch.pick(ops)
+        nchw = nsp == 2 and op in ("conv2d", "max_pool2d", "avg_pool2d") and ch.bool(0.3)
+        sp = shape[2:] if nchw else shape[1:-1]
+        c = shape[1] if nchw else shape[-1]
+        fmt = ", data_format='NCHW'" if nchw else ""
+
+        def const(dims):
+            n = int(np.prod(dims))
+            return f"np.linspace(-1.0, 1.0, {n}).reshape({list(dims)}).astype(np.{dt})"
+
+        def out_shape(channels, windows, strides, pads):
+            spatial = [num_windows(n, k, s, lo, hi, 1, 1) for n, k, s, (lo, hi) in zip(sp, windows, strides, pads)]
+            return (shape[0], channels, *spatial) if nchw else (shape[0], *spatial, channels)
+
+        self.feature(f"op:nn.{op}")
+        if op in ("fused_batch_norm", "sync_batch_normalization"):
+            if op == "fused_batch_norm":
+                text = f"xtpu.nn.fused_batch_norm({xname}, {const([c])}, {const([c])})[0]"
+                return text, Spec(shape, dt), [x], False, True
+
+            def text(ctx, x=xname, c=c):
+                if ctx.mode == "eager":
+                    return f"sync_bn({x}, {const([c])}, {const([c])})"
+                return f"xtpu.nn.sync_batch_normalization({x}, {const([c])}, {const([c])})[0]"
+
+            s_ = scope
+            while s_ is not None:
+                s_.has_crs = True
+                s_ = s_.parent
+            return text, Spec(shape, dt), [x], False, True
+        windows = [ch.int(1, min(3, n)) for n in sp]
+        strides = [ch.int(1, 2) for _ in sp]
+        padding = ch.pick(["SAME", "VALID"])
+        pads = _padding(padding, tuple(sp), tuple(windows), tuple(strides), (1,) * nsp, True, op)
+        if "pool" in op:
+            ks = windows[0] if len(set(windows)) == 1 and ch.bool(0.5) else windows
+            text = f"xtpu.nn.{op}({xname}, {ks}, {strides}, {padding!r}{fmt})"
+            return text, Spec(out_shape(c, windows, strides, pads), dt), [x], False, op.startswith("avg")
+        cout = ch.int(1, 3)
+        if op == "depthwise_conv2d":
+            text = f"xtpu.nn.depthwise_conv2d({xname}, {const([*windows, c, cout])}, [1, *{strides}, 1], {padding!r})"
+            return text, Spec(out_shape(c * cout, windows, strides, pads), dt), [x], False, True
+        if op == "separable_conv2d":
+            dw, pw = const([*windows, c, 1]), const([1, 1, c, cout])
+            text = f"xtpu.nn.separable_conv2d({xname}, {dw}, {pw}, [1, *{strides}, 1], {padding!r})"
+            return text, Spec(out_shape(cout, windows, strides, pads), dt), [x], False, True
+        if op == "conv2d_transpose":
+            oshape = [shape[0], *(n * s for n, s in zip(sp, strides)), cout]
+            text = f"xtpu.nn.conv2d_transpose({xname}, {const([*windows, cout, c])}, {oshape}, {strides}, 'SAME')"
+            return text, Spec(tuple(oshape), dt), [x], False, True
+        arg = {"conv1d": "stride", "convolution": "strides"}.get(op, "strides")
+        text = f"xtpu.nn.{op}({xname}, {const([*windows, c, cout])}, {arg}={strides}, padding={padding!r}{fmt})"
+        return text, Spec(out_shape(cout, windows, strides, pads), dt), [x], False, True
 
     def op_compare(self, scope):
         ch = self.ch
@@ -1752,6 +1846,19 @@ def crs(x, groups=None):
     return summed(x)
 
 
+def sync_bn(x, scale, offset, epsilon=0.001):
+    """``xtpu.nn.sync_batch_normalization`` in the eager reference: the
+    per-channel sums, sums of squares and counts added over every replica
+    with :func:`crs`, the batch norm of the global batch."""
+    rank = len(x.shape)
+    axes = list(range(rank - 1))
+    n = crs(xtpu.constant(np.asarray(float(np.prod(x.shape[:-1])), dtype=x.dtype)))
+    mean = crs(xtpu.math.reduce_sum(x, axis=axes)) / n
+    var = crs(xtpu.math.reduce_sum(x * x, axis=axes)) / n - mean * mean
+    inv = 1.0 / xtpu.math.sqrt(var + epsilon) * scale
+    return (x - mean) * inv + offset
+
+
 def rid():
     """``xtpu.replica_id()`` in the eager reference."""
     return xtpu.constant(np.int32(_local.r))
@@ -1811,7 +1918,7 @@ def run_replicas(replicas: int, fn: Callable[[int], Any], timeout: float) -> lis
 def run_eager(program: Program, replicas: int, cores: int, timeout: float = 30.0, fd: bool = False) -> Outcome:
     """Each replica's computation eagerly, on EagerTensors of its inputs."""
     src = program.source(Ctx("eager", replicas, cores, fd))
-    ns = {"xtpu": xtpu, "np": np, "crs": crs, "rid": rid, "_fd_site": _fd_site}
+    ns = {"xtpu": xtpu, "np": np, "crs": crs, "rid": rid, "sync_bn": sync_bn, "_fd_site": _fd_site}
     fn = _exec(src, ns, "eager")
     inputs = program.input_values(replicas)
 
@@ -2427,7 +2534,7 @@ def reproducer(
     cores = cores or (failure.cores if failure else 1)
     src_c = program.source(Ctx("compiled", replicas, cores))
     src_e = program.source(Ctx("eager", replicas, cores))
-    needs_emulation = "crs(" in src_e or (replicas > 1 and "rid()" in src_e)
+    needs_emulation = "crs(" in src_e or "sync_bn(" in src_e or (replicas > 1 and "rid()" in src_e)
     out = ["import numpy as np", "import xtpu", ""]
     if failure is not None:
         out += [f"# fuzz failure: {failure.kind} ({failure.path})"]
