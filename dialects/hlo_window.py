@@ -1037,7 +1037,7 @@ class SelectAndScatterOp(PrimitiveOp):
         p = cls._params(len(G.shape(x)), **params)
         dsrc = None if 1 in skip_input_indices else _gather_selected(x, ct, select, p)
         dinit = None if 2 in skip_input_indices else G.sum_all(ct)
-        return [G.zeros_like(x), dsrc, dinit]
+        return [None if 0 in skip_input_indices else G.zeros_like(x), dsrc, dinit]
 
 
 def _selected_flat_index(x, select, window_dimensions, window_strides, padding):

@@ -800,6 +800,21 @@ def test_skip_input_indices_drop_only_the_skipped_cotangents():
             },
         ),
         (hlo.ReduceOp, [a, np.float64(0.5)], {"computation": "add", "dimensions": (1,)}),
+        (
+            W.ConvolutionOp,
+            [rng.standard_normal((2, 5, 4, 3)), rng.standard_normal((3, 2, 3, 2))],
+            {"dimension_numbers": "[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]", "window_strides": (2, 1)},
+        ),
+        (
+            W.ReduceWindowOp,
+            [a, np.float64(-1.0)],
+            {"computation": "max", "window_dimensions": (2, 2), "window_strides": (1, 2)},
+        ),
+        (
+            W.SelectAndScatterOp,
+            [a, rng.standard_normal((2, 2)), np.float64(0.5)],
+            {"select": "GE", "window_dimensions": (2, 2), "window_strides": (1, 2)},
+        ),
     ]
     assert {op for op, _, _ in cases} == {op for op in ALL_OPS if _takes_skips(op)}
     for op, inputs, params in cases:
