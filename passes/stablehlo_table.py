@@ -50,7 +50,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from xtpu.dialects import ccl, hlo, hlo_bits, hlo_indexing, hlo_math, hlo_rounding, tpu
+from xtpu.dialects import ccl, hlo, hlo_bits, hlo_indexing, hlo_math, hlo_rounding, hlo_window, tpu
 from xtpu.dialects.autodiff import CustomGradientOp, StopGradientOp
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
 from xtpu.dialects.fusion import FusionRegionOp, FusionYieldOp
@@ -508,10 +508,11 @@ def _same_result_dtype(im, op) -> None:
         im.refuse(op, "has a result type other than its operands' (xtpu's dot_general keeps the operand type)")
 
 
-def _reduction_kind(im, op) -> str:
-    """The binary op of a reduction region: one StableHLO op applied to the
-    two block arguments, returned (what JAX and TF emit for sum, max, ...)."""
-    block = op.regions[0].block
+def _reduction_kind(im, op, region: int = 0) -> str:
+    """The binary op of a reduction region (``op``'s region ``region``): one
+    StableHLO op applied to the two block arguments, returned (what JAX and
+    TF emit for sum, max, ...)."""
+    block = op.regions[region].block
     ops = list(block.ops)
     if len(ops) == 2 and im.op_name(ops[1]) in ("stablehlo.return", "func.return"):
         kind = REDUCTION_KINDS.get(im.op_name(ops[0]))
@@ -1246,6 +1247,158 @@ def _export_variadic_reduce(ex, op, xs):
     return ex.emit("stablehlo.reduce", xs, _result_types(op), props, regions=[region])
 
 
+# ---- windowed ops (issue 27): convolution, reduce_window, select_and_scatter --------
+
+
+def _export_convolution(ex, op, xs):
+    """``#stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>`` is xtpu's
+    own compact text; the window attributes have StableHLO's names and
+    types.  Precision HIGHEST on both operands, as for ``dot_general``
+    (xtpu's kernel multiplies exactly in float32 or wider); a result type
+    wider than the operands' is the preferred element type."""
+    p = op.params()
+    props = {k: op.properties[k] for k in ("window_strides", "padding", "lhs_dilation", "rhs_dilation")}
+    props["dimension_numbers"] = S.dialect_attr("stablehlo.conv", p["dimension_numbers"].to_text())
+    props["feature_group_count"] = op.properties["feature_group_count"]
+    props["batch_group_count"] = op.properties["batch_group_count"]
+    props["precision_config"] = ArrayAttr([S.enum_attr("precision", "HIGHEST")] * 2)
+    return ex.emit("stablehlo.convolution", xs, _result_types(op), props)
+
+
+_RAW_CONV_FIELDS = (
+    ("input_batch_dimension", "input_feature_dimension", "input_spatial_dimensions"),
+    ("kernel_output_feature_dimension", "kernel_input_feature_dimension", "kernel_spatial_dimensions"),
+    ("output_batch_dimension", "output_feature_dimension", "output_spatial_dimensions"),
+)
+
+
+def _conv_dimension_numbers(im, op) -> hlo_window.ConvDimensionNumbers:
+    """The compact form (``[b, 0, f]x[0, i, o]->[b, 0, f]``) or the raw one
+    (``raw input_batch_dimension = 0, ...``) MLIR prints for the rest."""
+    body = S.attr_body(im.attr(op, "dimension_numbers"))
+    try:
+        if body.startswith("raw"):
+            f = S.fields(S.dialect_attr("stablehlo.conv", body[3:]))
+            return hlo_window.ConvDimensionNumbers(
+                *(
+                    (int(f[first]), int(f[second]), *S.int_list(f[spatial]))
+                    for first, second, spatial in _RAW_CONV_FIELDS
+                )
+            )
+        return hlo_window.ConvDimensionNumbers.from_text(body)
+    except (KeyError, ValueError) as e:
+        im.refuse(op, f"has dimension numbers xtpu cannot read: {e}")
+        raise AssertionError from None
+
+
+def _ints_attr(im, op, name):
+    a = im.attr(op, name)
+    return None if a is None else tuple(int(v) for v in a.get_values())
+
+
+def _pairs_attr(im, op, name="padding"):
+    a = im.attr(op, name)
+    return None if a is None else tuple(tuple(int(v) for v in row) for row in np.asarray(array_from_dense(a)))
+
+
+def _import_convolution(im, op, xs):
+    """A reversed window (``window_reversal``) is the kernel reversed along
+    its spatial dimensions first (``hlo.reverse``, exact).  The result type
+    may be a wider float than the operands' (the preferred element type);
+    other mixed types are refused."""
+    lhs, rhs = xs
+    dn = _conv_dimension_numbers(im, op)
+    src = TensorSpec.of_type(op.operands[0].type).dtype
+    dst = TensorSpec.of_type(op.results[0].type).dtype
+    if dst != src and not (src.startswith(("float", "bfloat")) and dst in ("float32", "float64")):
+        im.refuse(op, f"has {dst} results for {src} operands (xtpu's convolution widens only to a float)")
+    reversal = im.attr(op, "window_reversal")
+    if reversal is not None:
+        flags = [bool(v) for v in reversal.get_values()]
+        dims = tuple(d for d, flip in zip(dn.rhs[2:], flags) if flip)
+        if dims:
+            (rhs,) = im.bind(hlo_math.ReverseOp, [rhs], dimensions=dims)
+    prec = im.attr(op, "precision_config")
+    params = {
+        "dimension_numbers": dn,
+        "window_strides": _ints_attr(im, op, "window_strides"),
+        "padding": _pairs_attr(im, op),
+        "lhs_dilation": _ints_attr(im, op, "lhs_dilation"),
+        "rhs_dilation": _ints_attr(im, op, "rhs_dilation"),
+        "feature_group_count": _int_attr(im, op, "feature_group_count", 1),
+        "batch_group_count": _int_attr(im, op, "batch_group_count", 1),
+        "precision_config": tuple(S.enum_value(a) for a in prec.data) if isinstance(prec, ArrayAttr) else None,
+        "preferred_element_type": dst,
+    }
+    return im.bind(hlo_window.ConvolutionOp, [lhs, rhs], **params)
+
+
+def _int_attr(im, op, name, default):
+    a = im.attr(op, name)
+    return default if a is None else int(a.value.data)
+
+
+_WINDOW_PROPS = ("window_dimensions", "window_strides", "base_dilations", "window_dilations", "padding")
+
+
+def _export_reduce_window(ex, op, xs):
+    """One input, its body the one add / maximum / minimum xtpu names."""
+    region = _reduction_region(ex, op.params()["computation"], _element(op.operands[0]))
+    props = {k: op.properties[k] for k in _WINDOW_PROPS}
+    return ex.emit("stablehlo.reduce_window", xs, _result_types(op), props, regions=[region])
+
+
+def _window_params(im, op, names=_WINDOW_PROPS):
+    out = {k: _ints_attr(im, op, k) for k in names if k != "padding"}
+    out["padding"] = _pairs_attr(im, op)
+    return out
+
+
+def _import_reduce_window(im, op, xs):
+    """One input reduced by add, maximum or minimum (JAX's sum / max / min
+    pooling, ``cumsum`` on CPU); a variadic or other reduction is refused."""
+    if len(xs) != 2:
+        im.refuse(op, f"reduces {len(xs) // 2} inputs together (a variadic reduce_window), which xtpu does not have")
+    kind = _reduction_kind(im, op)
+    if kind not in hlo_window.ReduceWindowOp.KINDS:
+        im.refuse(op, f"reduces its windows by {kind}; xtpu's reduce_window applies add, max or min")
+    return im.bind(hlo_window.ReduceWindowOp, xs, computation=kind, **_window_params(im, op))
+
+
+def _export_select_and_scatter(ex, op, xs):
+    """The select region compares (``GE``: the first maximum, ``LE``: the
+    first minimum), the scatter region adds."""
+    elem = _element(op.operands[0])
+    dtype = TensorSpec.of_type(op.operands[0].type).dtype
+    kind = "FLOAT" if "float" in dtype else "SIGNED"
+    scalar = TensorType(elem, [])
+    select = ex.region([scalar, scalar], lambda a, b: [_compare(ex, a, b, op.params()["select"], kind)])
+    scatter = _reduction_region(ex, "add", elem)
+    props = {k: op.properties[k] for k in ("window_dimensions", "window_strides", "padding")}
+    return ex.emit("stablehlo.select_and_scatter", xs, _result_types(op), props, regions=[select, scatter])
+
+
+def _import_select_and_scatter(im, op, xs):
+    """Select ``compare(a, b) GE`` or ``LE`` of its two arguments in order
+    (the first maximum / minimum of each window), scatter ``add``; other
+    bodies are refused."""
+    block = op.regions[0].block
+    ops = list(block.ops)
+    direction = None
+    if len(ops) == 2 and im.op_name(ops[0]) == "stablehlo.compare" and list(ops[0].operands) == list(block.args):
+        kind = im.attr(ops[0], "compare_type")
+        if (kind is None or S.enum_value(kind) != "TOTALORDER") and list(ops[1].operands) == [ops[0].results[0]]:
+            direction = S.enum_value(im.attr(ops[0], "comparison_direction"))
+    if direction not in ("GE", "LE"):
+        im.refuse(
+            op, "selects by something other than compare GE or LE of its two arguments (xtpu's select_and_scatter)"
+        )
+    if _reduction_kind(im, op, 1) != "add":
+        im.refuse(op, "scatters by something other than add (xtpu's select_and_scatter)")
+    params = _window_params(im, op, ("window_dimensions", "window_strides", "padding"))
+    return im.bind(hlo_window.SelectAndScatterOp, xs, select=direction, **params)
+
+
 # ---- the table ------------------------------------------------------------------
 
 _ELEMENTWISE = [
@@ -1325,6 +1478,14 @@ ENTRIES: list[Entry] = [
     Entry("hlo.compare", "stablehlo.compare", _export_compare, _import_compare),
     Entry("hlo.dot_general", "stablehlo.dot_general", _export_dot_general, _import_dot_general),
     Entry("hlo.reduce", "stablehlo.reduce", _export_reduce, _import_reduce),
+    Entry("hlo.convolution", "stablehlo.convolution", _export_convolution, _import_convolution),
+    Entry("hlo.reduce_window", "stablehlo.reduce_window", _export_reduce_window, _import_reduce_window),
+    Entry(
+        "hlo.select_and_scatter",
+        "stablehlo.select_and_scatter",
+        _export_select_and_scatter,
+        _import_select_and_scatter,
+    ),
     Entry("hlo.rng_bit_generator", "stablehlo.rng_bit_generator", _export_rng),
     Entry("hlo.if", "stablehlo.if", _export_if, _import_if),
     Entry("hlo.while", "stablehlo.while", _export_while, _import_while),
