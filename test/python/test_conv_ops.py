@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
 
-import xtpu
-from xtpu.dialects.hlo_window import ConvDimensionNumbers, ConvolutionOp, ReduceWindowOp
+sys.path.insert(0, os.path.dirname(__file__))
+
+import xla_reference  # noqa: E402, F401  (before jax: 8 CPU devices for the tests that run XLA after this file)
+
+import xtpu  # noqa: E402
+from xtpu.dialects.hlo_window import ConvDimensionNumbers, ConvolutionOp, ReduceWindowOp  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "conv_ops_tf.npz")
 
