@@ -142,7 +142,7 @@ def getitem(x: Any, key: Any) -> Any:
         elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
             k = int(k)
             if not -n <= k < n:
-                raise IndexError(f"index {k} is out of bounds for dimension {d} with size {n}")
+                raise IndexError(f"index {k} is out of bounds for axis {d} with size {n}")  # numpy's words, as eagerly
             k %= n
             starts.append(k), limits.append(k + 1), strides.append(1)
         else:

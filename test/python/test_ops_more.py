@@ -94,3 +94,14 @@ def test_cumsum_scan_is_logarithmic_in_depth():
     text = xtpu.lower(lambda x: xtpu.cumsum(x), [[x]]).as_text()
     assert text.count("hlo.add") == 10  # ceil(log2(1000)) shifted adds
     np.testing.assert_array_equal(np.asarray(xtpu.cumsum(x)), np.arange(1, 1001, dtype=np.float32))
+
+
+def test_an_out_of_range_index_raises_numpys_index_error_eagerly_and_traced():
+    """The same user error both ways (a fuzz finding: zero-size batch, x[0, 0, :])."""
+    x = np.zeros((0, 2, 2), np.float32)
+    with pytest.raises(IndexError) as eager:
+        xtpu.constant(x)[0, 0, :]
+    with pytest.raises(IndexError) as traced:
+        xtpu.replicate(lambda v: v[0, 0, :], [[x]])
+    assert str(eager.value) == "index 0 is out of bounds for axis 0 with size 0"
+    assert str(eager.value) in str(traced.value)
