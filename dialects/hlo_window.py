@@ -43,7 +43,7 @@ from xdsl.printer import Printer
 from xdsl.traits import Pure
 
 from xtpu.dialects import vjp_util as G
-from xtpu.dialects.hlo import NUMERIC, ReductionKindAttr, reduction_ufunc
+from xtpu.dialects.hlo import NUMERIC, ReductionKindAttr, accumulate_as, low_precision_in_f32, reduction_ufunc
 from xtpu.dialects.hlo_math import ReverseOp
 from xtpu.dialects.primitive import (
     EnumParam,
@@ -55,9 +55,9 @@ from xtpu.dialects.primitive import (
     ShapeError,
     StrParam,
 )
-from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
+from xtpu.dialects.tensor_spec import FLOAT_DTYPES, TensorSpec, numpy_dtype
 
-FLOATS = ("float32", "float64")
+FLOATS = FLOAT_DTYPES
 
 
 # --------------------------------------------------------------------------
@@ -271,7 +271,10 @@ class ConvolutionOp(PrimitiveOp):
     equals the input features); ``batch_group_count`` does the same with the
     input batch and the output features (a grouped convolution's kernel
     gradient).  The result dtype is ``preferred_element_type`` (the operands'
-    dtype by default; a wider float accumulates in that type);
+    dtype by default; a wider float accumulates in that type).  TPU
+    arithmetic, as ``hlo.dot_general``'s (``accumulate_as``): bfloat16 and
+    float16 operands are multiplied exactly and summed in float32, rounded
+    once to the result type;
     ``precision_config`` (two of DEFAULT / HIGH / HIGHEST) is carried for
     export and for low-precision types.
 
@@ -387,7 +390,9 @@ class ConvolutionOp(PrimitiveOp):
                 p["rhs_dilation"][i],
             )
         dtype = p["preferred_element_type"] or lhs.dtype
-        if dtype != lhs.dtype and not (lhs.dtype in FLOATS and dtype in FLOATS and dtype >= lhs.dtype):
+        if dtype != lhs.dtype and not (
+            lhs.dtype in FLOATS and dtype in FLOATS and numpy_dtype(dtype).itemsize > numpy_dtype(lhs.dtype).itemsize
+        ):
             raise ShapeError(f"preferred_element_type {dtype} must be the operands' type {lhs.dtype} or a wider float")
         return [TensorSpec(tuple(out), dtype)]
 
@@ -518,6 +523,12 @@ class ConvolutionOp(PrimitiveOp):
         (ct,), (x, w) = cotangents, inputs
         if not G.is_float(x):
             return [None, None]
+        if G.dtype(ct) != G.dtype(x):
+            # A widened result (bfloat16 operands, float32 result): the
+            # cotangent is rounded to the operands' dtype; the gradient
+            # convolutions accumulate in float32 and round once, as
+            # dot_general's.
+            ct = G.convert(ct, G.dtype(x))
         p = conv_params(len(G.shape(x)), **params)
         gx = None if 0 in skip_input_indices else _conv_transpose_lhs(ct, x, w, p)
         gw = None if 1 in skip_input_indices else _conv_transpose_rhs(ct, x, w, p)
@@ -538,15 +549,39 @@ def conv_numpy(
     **_: Any,
 ) -> np.ndarray:
     """StableHLO's convolution in numpy: im2col of strided window views and
-    one batched matmul over the groups (see the module docstring)."""
+    one batched matmul over the groups (see the module docstring), with
+    ``hlo.dot_general``'s accumulation (:func:`xtpu.dialects.hlo.accumulate_as`:
+    bfloat16 / float16 in float32, rounded once to the result dtype)."""
+    params = dict(
+        dimension_numbers=dimension_numbers,
+        window_strides=window_strides,
+        padding=padding,
+        lhs_dilation=lhs_dilation,
+        rhs_dilation=rhs_dilation,
+        feature_group_count=feature_group_count,
+        batch_group_count=batch_group_count,
+    )
+    return accumulate_as(lambda a, b: _conv_im2col(a, b, **params), preferred_element_type)(x, w)
+
+
+def _conv_im2col(
+    x: np.ndarray,
+    w: np.ndarray,
+    dimension_numbers: ConvDimensionNumbers,
+    window_strides,
+    padding,
+    lhs_dilation,
+    rhs_dilation,
+    feature_group_count: int,
+    batch_group_count: int,
+) -> np.ndarray:
+    """The convolution computed in ``x``'s dtype (``w``'s is the same)."""
     dn = dimension_numbers
     nsp = x.ndim - 2
-    dtype = numpy_dtype(preferred_element_type) if preferred_element_type else x.dtype
+    dtype = x.dtype
     # Canonical layouts: x [N, *S, C], w [*K, I, O].
     xc = np.transpose(x, (dn.lhs[0], *dn.lhs[2:], dn.lhs[1]))
     wc = np.transpose(w, (*dn.rhs[2:], dn.rhs[1], dn.rhs[0]))
-    if xc.dtype != dtype:
-        xc, wc = xc.astype(dtype), wc.astype(dtype)
     n, c = xc.shape[0], xc.shape[-1]
     ksz = wc.shape[:nsp]
     o = wc.shape[-1]
@@ -836,7 +871,9 @@ class ReduceWindowOp(PrimitiveOp):
             p, uf = got
             return reduce_window_numpy(x, np.asarray(init, dtype=x.dtype)[()], uf, **p)
 
-        return run
+        # bfloat16 / float16 windowed sums accumulate in float32, rounded once
+        # (XLA's float normalization, as hlo.reduce's); max / min are exact.
+        return low_precision_in_f32(run) if computation == "add" else run
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, computation="add", skip_input_indices=(), **params):

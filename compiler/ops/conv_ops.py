@@ -37,11 +37,12 @@ from xtpu.dialects.hlo_window import (
     num_windows,
     reduce_window_numpy,
 )
+from xtpu.dialects.tensor_spec import FLOAT_DTYPES
 from xtpu.ops import math_ops
 from xtpu.ops.array_ops import concat, getitem, reshape
 from xtpu.ops.core import dtype_of, scalar, shape_of
 
-FLOATS = ("float32", "float64")
+FLOATS = FLOAT_DTYPES
 
 
 # --------------------------------------------------------------------------
@@ -133,7 +134,7 @@ def _dims(nsp: int, channels_last: bool) -> ConvDimensionNumbers:
 def _float_input(x: Any, op: str, what: str = "input") -> Any:
     v = convert(read_if_variable(x))
     if dtype_of(v) not in FLOATS:
-        raise TypeError(f"{op}: {what} must be float32 or float64, got {dtype_of(v)}")
+        raise TypeError(f"{op}: {what} must be one of {', '.join(FLOATS)}, got {dtype_of(v)}")
     return v
 
 

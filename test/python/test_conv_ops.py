@@ -336,3 +336,81 @@ def test_sync_batch_normalization_gradient_is_that_of_the_global_batch_norm():
 def test_errors_name_the_op_and_the_values(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# --------------------------------------------------------------------------
+# bfloat16 / float16: TPU accumulation (float32, rounded once)
+# --------------------------------------------------------------------------
+
+
+def _integer_valued(rng, shape, dtype, top=8):
+    """Small integers: every product and partial sum is exact in float32."""
+    return rng.integers(-top, top + 1, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_low_precision_convolution_accumulates_in_float32_and_rounds_once(dtype):
+    """Sums of 576 products of integers up to 8 (16 for float16's 11 bits):
+    exact in float32, not in bfloat16 / float16, so
+    a kernel accumulating in the operands' type (rounding each partial sum)
+    gives other values; xtpu's equals JAX's float64 result rounded once, bit
+    for bit, for the result and both gradients, eagerly and compiled."""
+    from xtpu.dialects.tensor_spec import numpy_dtype
+
+    dt = numpy_dtype(dtype)
+    rng = np.random.default_rng(11)
+    top = 16 if dtype == "float16" else 8
+    x = _integer_valued(rng, (2, 6, 7, 64), dt, top)
+    w = _integer_valued(rng, (3, 3, 64, 8), dt, top)
+    ct = _integer_valued(rng, (2, 4, 5, 8), dt)
+    x64, w64, ct64 = (a.astype(np.float64) for a in (x, w, ct))
+    dn = ("NHWC", "HWIO", "NHWC")
+    want, vjp = jax.vjp(lambda a, b: lax.conv_general_dilated(a, b, (1, 1), "VALID", dimension_numbers=dn), x64, w64)
+    want_gx, want_gw = vjp(ct64)
+    assert np.abs(np.asarray(want)).max() < 2**24  # exact in float32
+
+    def once(v):
+        return np.asarray(v).astype(np.float32).astype(dt)
+
+    # A kernel that rounds each partial sum (over the 9 taps) to the low precision differs.
+    stepwise = np.zeros(want.shape, dt)
+    for i in range(3):
+        for j in range(3):
+            tap = np.einsum("nhwc,co->nhwo", x64[:, i : i + 4, j : j + 5, :], w64[i, j])
+            stepwise = (stepwise.astype(np.float32) + tap.astype(np.float32)).astype(dt)
+    assert not np.array_equal(stepwise, once(want))
+
+    def step(a, b, c):
+        with xtpu.GradientTape() as tape:
+            tape.watch([a, b])
+            y = xtpu.nn.conv2d(a, b, 1, "VALID")
+            loss = xtpu.reduce_sum(y * c)
+        ga, gb = tape.gradient(loss, [a, b])
+        return y, ga, gb
+
+    eager = step(xtpu.constant(x), xtpu.constant(w), xtpu.constant(ct))
+    compiled = xtpu.replicate(step, [[x, w, ct]])[0]
+    for got in (eager, compiled):
+        for g, ref, what in zip(got, (want, want_gx, want_gw), ("result", "input gradient", "kernel gradient")):
+            g = np.asarray(g)
+            assert g.dtype == dt, what
+            np.testing.assert_array_equal(g.view(np.uint16), once(ref).view(np.uint16), err_msg=what)
+
+
+def test_bfloat16_convolution_with_a_float32_result_is_the_exact_sum():
+    """``preferred_element_type=float32`` (TF's / JAX's mixed precision): the
+    float32 sum, exact here, with no rounding to bfloat16."""
+    from ml_dtypes import bfloat16
+
+    rng = np.random.default_rng(12)
+    x = _integer_valued(rng, (1, 5, 5, 32), bfloat16)
+    w = _integer_valued(rng, (3, 3, 32, 4), bfloat16)
+    params = dict(dimension_numbers=ConvDimensionNumbers.from_text(NHWC), preferred_element_type="float32")
+    (got,) = ConvolutionOp.eager([x, w], **params)
+    want = lax.conv_general_dilated(
+        x.astype(np.float64), w.astype(np.float64), (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.asarray(want).astype(np.float32))
+    with pytest.raises(Exception, match="wider float"):
+        ConvolutionOp.eager([x, w], dimension_numbers=params["dimension_numbers"], preferred_element_type="float16")

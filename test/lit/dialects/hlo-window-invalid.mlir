@@ -143,3 +143,11 @@ func.func @scatter_select(%x: tensor<2x5x6x3xf32>, %s: tensor<2x3x3x3xf32>, %i: 
   %0 = hlo.select_and_scatter(%x, %s init : %i) select "EQ" dims = [1, 2, 2, 1], strides = [1, 2, 2, 1], pad = dense<0> : tensor<4x2xi64> : (tensor<2x5x6x3xf32>, tensor<2x3x3x3xf32>, tensor<f32>) -> tensor<2x5x6x3xf32>
   func.return
 }
+
+// -----
+
+// CHECK: 'hlo.convolution' op preferred_element_type float16 must be the operands' type bfloat16 or a wider float
+func.func @conv_narrowing(%x: tensor<2x5x3xbf16>, %w: tensor<3x3x4xbf16>) {
+  %0 = hlo.convolution(%x, %w) dim_numbers = [b, 0, f]x[0, i, o]->[b, 0, f] {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<2x5x3xbf16>, tensor<3x3x4xbf16>) -> tensor<2x3x4xf16>
+  func.return
+}

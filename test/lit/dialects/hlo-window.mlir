@@ -50,3 +50,12 @@ func.func @dilated_sum(%x: tensor<6x7xf64>, %i: tensor<f64>) -> tensor<5x5xf64> 
   %1 = hlo.reverse %0, dims = [0] : tensor<5x5xf64>
   func.return %1 : tensor<5x5xf64>
 }
+
+// bfloat16 operands, a float32 result (the preferred element type: TPU
+// accumulation kept in float32).
+// CHECK-LABEL: func.func @conv_bf16_to_f32
+// CHECK-NEXT:    %0 = hlo.convolution(%x, %w) dim_numbers = [b, 0, f]x[0, i, o]->[b, 0, f], window = {stride = [1], pad = {{\[\[}}0, 0]], lhs_dilate = [1], rhs_dilate = [1]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<2x5x3xbf16>, tensor<3x3x4xbf16>) -> tensor<2x3x4xf32>
+func.func @conv_bf16_to_f32(%x: tensor<2x5x3xbf16>, %w: tensor<3x3x4xbf16>) -> tensor<2x3x4xf32> {
+  %0 = hlo.convolution(%x, %w) dim_numbers = [b, 0, f]x[0, i, o]->[b, 0, f] {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<2x5x3xbf16>, tensor<3x3x4xbf16>) -> tensor<2x3x4xf32>
+  func.return %0 : tensor<2x3x4xf32>
+}
