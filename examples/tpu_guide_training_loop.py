@@ -11,10 +11,12 @@ training loop"), with ``import xtpu as tf`` in place of TensorFlow.
   ``prefetch``) built per input pipeline by
   ``strategy.distribute_datasets_from_function`` from the
   ``tf.distribute.InputContext``'s per-replica batch size;
-* the model is Keras-free: ``tf.Variable``s created in ``strategy.scope()``
-  (mirrored on every replica) and a ``__call__`` made of ``tf.matmul`` and
-  ``tf.math.tanh``; the optimizer is ``tf.optimizers.SGD`` with momentum,
-  the gradients ``tf.GradientTape``'s;
+* the model is the guide's CNN (two 3x3 convolutions with ReLU, flatten,
+  dense layers of 256, 128 and 10 units), Keras-free: ``tf.Variable``s
+  created in ``strategy.scope()`` (mirrored on every replica) and a
+  ``__call__`` made of ``tf.nn.conv2d``, ``tf.nn.relu``, ``tf.reshape`` and
+  ``tf.matmul``; the optimizer is ``tf.optimizers.SGD`` with momentum, the
+  gradients ``tf.GradientTape``'s;
 * ``train_step`` is a ``@tf.function`` around ``strategy.run(step_fn,
   args=(next(iterator),))``: one compiled program per signature, run every
   step; it reduces the per-replica losses with ``strategy.reduce`` and
@@ -29,8 +31,8 @@ training loop"), with ``import xtpu as tf`` in place of TensorFlow.
 * ``--precision mixed_bfloat16``: TF's TPU mixed precision
   (``tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")``): the
   variables and the optimizer state stay float32, the model computes in
-  bfloat16 (its float32 variables read as bfloat16, matmuls accumulating in
-  float32) and the loss in float32.
+  bfloat16 (its float32 variables read as bfloat16, convolutions and
+  matmuls accumulating in float32) and the loss in float32.
 
 It prints the loss and the held-out accuracy, and exits with status 1 if
 the restored run differs or the accuracy is below ``--min-accuracy``.
@@ -60,28 +62,58 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_digits import load_data  # noqa: E402  (scikit-learn's digits, split 80/20)
 
 
-class MLP:
-    """A one-hidden-layer perceptron built from variables (no Keras)."""
+class CNN:
+    """The guide's model, built from variables (no Keras; Keras layers are a
+    later issue): two 3x3 ``Conv2D`` with ReLU (VALID padding, Keras's
+    default), ``Flatten``, ``Dense`` 256 / 128 with ReLU and ``Dense`` 10.
+    The guide's 28x28 MNIST images are the digits' 8x8 here, and its 256
+    filters ``--filters`` (32 by default)."""
 
-    def __init__(self, hidden: int, seed: int):
+    def __init__(self, filters: int, seed: int):
         rng = np.random.default_rng(seed)
-        self.w1 = tf.Variable((rng.standard_normal((64, hidden)) / 8.0).astype(np.float32), name="w1")
-        self.b1 = tf.Variable(np.zeros(hidden, np.float32), name="b1")
-        self.w2 = tf.Variable((rng.standard_normal((hidden, 10)) / np.sqrt(hidden)).astype(np.float32), name="w2")
-        self.b2 = tf.Variable(np.zeros(10, np.float32), name="b2")
+
+        def he(*shape):
+            fan_in = int(np.prod(shape[:-1]))
+            return tf.Variable((rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32))
+
+        def zeros(n):
+            return tf.Variable(np.zeros(n, np.float32))
+
+        flat = (8 - 4) * (8 - 4) * filters
+        self.conv1, self.conv1_bias = he(3, 3, 1, filters), zeros(filters)
+        self.conv2, self.conv2_bias = he(3, 3, filters, filters), zeros(filters)
+        self.dense1, self.dense1_bias = he(flat, 256), zeros(256)
+        self.dense2, self.dense2_bias = he(256, 128), zeros(128)
+        self.dense3, self.dense3_bias = he(128, 10), zeros(10)
 
     @property
     def trainable_variables(self) -> list:
-        return [self.w1, self.b1, self.w2, self.b2]
+        return [
+            self.conv1,
+            self.conv1_bias,
+            self.conv2,
+            self.conv2_bias,
+            self.dense1,
+            self.dense1_bias,
+            self.dense2,
+            self.dense2_bias,
+            self.dense3,
+            self.dense3_bias,
+        ]
 
     def __call__(self, images):
         """Logits, float32, computed in the mixed-precision policy's compute dtype."""
         compute = tf.keras.mixed_precision.global_policy().compute_dtype
         # Inside strategy.run the variables already read as `compute` (autocast
         # variables: the casts are no-ops); eagerly they read float32.
-        w1, b1, w2, b2 = (tf.cast(v, compute) for v in self.trainable_variables)
-        hidden = tf.math.tanh(tf.matmul(tf.cast(images, compute), w1) + b1)
-        return tf.cast(tf.matmul(hidden, w2) + b2, tf.float32)
+        (c1, c1b, c2, c2b, d1, d1b, d2, d2b, d3, d3b) = (tf.cast(v, compute) for v in self.trainable_variables)
+        x = tf.reshape(tf.cast(images, compute), [-1, 8, 8, 1])  # NHWC
+        x = tf.nn.relu(tf.nn.conv2d(x, c1, strides=1, padding="VALID") + c1b)
+        x = tf.nn.relu(tf.nn.conv2d(x, c2, strides=1, padding="VALID") + c2b)
+        x = tf.reshape(x, [-1, self.dense1.shape[0]])  # Flatten
+        x = tf.nn.relu(tf.matmul(x, d1) + d1b)
+        x = tf.nn.relu(tf.matmul(x, d2) + d2b)
+        return tf.cast(tf.matmul(x, d3) + d3b, tf.float32)
 
 
 def sparse_categorical_crossentropy(labels, logits):
@@ -99,7 +131,7 @@ def build(args, x_train, y_train):
     global_batch = args.global_batch
 
     with strategy.scope():
-        model = MLP(args.hidden, args.seed)
+        model = CNN(args.filters, args.seed)
         optimizer = tf.optimizers.SGD(learning_rate=args.lr, momentum=0.9)
 
     def distributed_dataset(start_step: int):
@@ -140,7 +172,7 @@ def train(train_step, iterator, optimizer, model, steps: range, writer, log_ever
         for step in steps:
             losses.append(float(train_step(iterator)))
             if (step + 1) % log_every == 0:
-                tf.summary.histogram("weights/w1", model.w1, step=optimizer.iterations.numpy())
+                tf.summary.histogram("weights/conv1", model.conv1, step=optimizer.iterations.numpy())
                 print(f"step {step + 1}: loss {losses[-1]:.4f}")
     writer.flush()
     return losses
@@ -154,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=300, help="training steps")
     p.add_argument("--save-at", type=int, default=150, help="the step whose checkpoint is restored")
     p.add_argument("--global-batch", type=int, default=64, help="examples per step over all replicas")
-    p.add_argument("--hidden", type=int, default=32, help="hidden units")
-    p.add_argument("--lr", type=float, default=0.1, help="learning rate (SGD with momentum 0.9)")
+    p.add_argument("--filters", type=int, default=32, help="filters of each convolution (the guide: 256)")
+    p.add_argument("--lr", type=float, default=0.03, help="learning rate (SGD with momentum 0.9)")
     p.add_argument("--seed", type=int, default=0, help="seed of the split, the weights and the shuffle")
     p.add_argument("--log-every", type=int, default=50, help="steps between printed losses and weight histograms")
     p.add_argument(

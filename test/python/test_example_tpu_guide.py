@@ -52,24 +52,34 @@ def test_guide_loop_restores_identically_and_logs(replicas, tmp_path, capsys):
 
     events = read_events(logdir)
     losses = [(e.step, v.simple_value) for e in events for v in e.summary.value if v.tag == "train/loss"]
-    histos = [(e.step, v.histo) for e in events for v in e.summary.value if v.tag == "weights/w1"]
+    histos = [(e.step, v.histo) for e in events for v in e.summary.value if v.tag == "weights/conv1"]
     # Steps 1..12, then 7..12 again after the restore (the same values).
     assert [s for s, _ in losses] == list(range(1, 13)) + list(range(7, 13))
     assert [v for _, v in losses[6:12]] == [v for _, v in losses[12:]]
     assert [s for s, _ in histos] == [4, 8, 12, 8, 12]
-    assert all(h.num == 64 * 32 for _, h in histos)
+    assert all(h.num == 3 * 3 * 1 * 32 for _, h in histos)
 
-    # The first step's loss against numpy: the initial weights and the first
-    # global batch (the replicas' per-replica batches, in replica order).
+    # The first step's loss against JAX: the initial weights (the model's
+    # He initialization, drawn in its order) and the first global batch (the
+    # replicas' per-replica batches, in replica order).
+    import jax
+
     x_train, y_train, _, _ = guide.load_data(0)
     rng = np.random.default_rng(0)
-    w1 = (rng.standard_normal((64, 32)) / 8.0).astype(np.float32)
-    w2 = (rng.standard_normal((32, 10)) / np.sqrt(32)).astype(np.float32)
+    shapes = [(3, 3, 1, 32), (3, 3, 32, 32), (512, 256), (256, 128), (128, 10)]
+    ws = [(rng.standard_normal(s) * np.sqrt(2.0 / np.prod(s[:-1]))).astype(np.float32) for s in shapes]
     ds = xtpu.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(1024, seed=0).batch(64 // replicas)
     batches = list(ds.take(replicas).as_numpy_iterator())
-    x = np.concatenate([b[0] for b in batches])
+    x = np.concatenate([b[0] for b in batches]).reshape(-1, 8, 8, 1)
     y = np.concatenate([b[1] for b in batches])
-    logits = np.tanh(x @ w1) @ w2
+    for k in ws[:2]:
+        x = np.maximum(
+            np.asarray(jax.lax.conv_general_dilated(x, k, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))),
+            0,
+        )
+    h = x.reshape(len(y), -1)
+    h = np.maximum(np.maximum(h @ ws[2], 0) @ ws[3], 0)
+    logits = h @ ws[4]
     logp = logits - logits.max(axis=1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
     want = -logp[np.arange(len(y)), y].mean()
