@@ -686,6 +686,18 @@ class _Partitioner:
     def zero_of(v: SSAValue) -> np.ndarray:
         return np.zeros((), dtype=numpy_dtype(_spec(v).dtype))
 
+    def cost(self, old: SSAValue, want: Sharding) -> float:
+        return self._cost(old, want)
+
+    def scatter_cost(self, result: SSAValue, partial: Sharding, g: int) -> float:
+        return self._scatter_cost(result, partial, g)
+
+    def scatter_options(self, want: Sharding, rank: int, kappa: Sequence[Index]):
+        return self._scatter_options(want, rank, kappa)
+
+    def reduce_scatter(self, x: SSAValue, scatter, kind: str) -> SSAValue:
+        return self._reduce_scatter(x, scatter, kind)
+
     # Each rule: the op's result shardings in, results defined in self.env.
 
     def whole(self, op: Operation, shardings: list[Sharding]) -> None:

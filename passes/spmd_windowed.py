@@ -21,7 +21,11 @@ local tiles:
   (kernel output features, result features): local, nothing moves;
 * **input-feature split** (input features and kernel input features tiled
   alike): each core convolves its channels and a ``ccl.all_reduce`` over the
-  cores holding the different channel tiles sums the partial results;
+  cores holding the different channel tiles sums the partial results; when
+  the result is split over those same cores, one ``ccl.reduce_scatter``
+  along the split dimension sums them instead and leaves each core its tile
+  (GSPMD's partial-sum output), if that moves fewer bytes per core than
+  gathering the operands;
 * **the kernel gradient's form**: a convolution whose *kernel* operand is
   tiled on a spatial dimension while the result is not (the cotangent of a
   spatially split activation is the kernel operand of the weight gradient):
@@ -62,8 +66,12 @@ def _mask(P, x: SSAValue, mask: SSAValue, fill: SSAValue) -> SSAValue:
     return P.emit(hlo.SelectOp.make([mask, x, spread])).results[0]
 
 
-def convolution(P, op: ConvolutionOp, shardings) -> None:
-    (want,) = shardings
+def _conv_plan(P, op: ConvolutionOp, want):
+    """How the convolution computes the result tiles ``want`` (the dims it
+    cannot keep tiled made whole): the operands' tiles, the windowed
+    spatial dims, the contracted parts (input features, the kernel's
+    spatial tiles) and the groups of cores whose partial results sum to one
+    tile; None when the operands cannot be laid out for it."""
     lhs_shape, rhs_shape, out_shape = P.shape_of(op.lhs), P.shape_of(op.rhs), P.shape_of(op.result)
     rank, C = len(out_shape), P.C
     nsp = rank - 2
@@ -144,12 +152,65 @@ def convolution(P, op: ConvolutionOp, shardings) -> None:
         use_parts, groups = False, None
         need_l, need_r = operand_tiles(False)
     if need_l is None or need_r is None:
+        return None
+    return {
+        "p": p,
+        "need": need,
+        "res": res,
+        "windowed": windowed,
+        "parts": parts if use_parts else [],
+        "kappa": kappa if parts else None,
+        "groups": groups if use_parts else None,
+        "need_l": need_l,
+        "need_r": need_r,
+        "rhave": rhave,
+    }
+
+
+def convolution(P, op: ConvolutionOp, shardings) -> None:
+    """GSPMD's HandleConvolution (see the module docstring).  When the input
+    features are split and ``want`` splits the result over the cores that
+    hold the feature tiles, each core computes its partial result with that
+    dimension whole and one ``ccl.reduce_scatter`` sums the partials and
+    leaves each core its tile (GSPMD's partial-sum output resharded by a
+    reduce-scatter), chosen when it moves fewer bytes per core than
+    gathering the operands (``spmd_cost``)."""
+    (want,) = shardings
+    rank = len(P.shape_of(op.result))
+    plan = _conv_plan(P, op, want)
+    scatter = None
+    kappa = plan["kappa"] if plan is not None else None
+    if plan is not None and kappa is not None and plan["groups"] is None:
+        cost = P.cost(op.lhs, plan["need_l"]) + P.cost(op.rhs, plan["need_r"])
+        for dim, partial, groups in P.scatter_options(want, rank, kappa):
+            cand = _conv_plan(P, op, partial)
+            if cand is None or cand["groups"] is None or _tiles(P, cand["need"], rank) != _tiles(P, partial, rank):
+                continue
+            c = P.cost(op.lhs, cand["need_l"]) + P.cost(op.rhs, cand["need_r"])
+            c += P.scatter_cost(op.result, partial, len(groups[0]))
+            if c < cost:
+                cost, plan, scatter = c, cand, (dim, partial, groups)
+    if plan is None:
         return P.whole(op, shardings)
-    spatial_parts = [i for kind, i in parts if kind == "s"] if use_parts else []
+    _conv_emit(P, op, plan, scatter, want)
+
+
+def _tiles(P, sharding, rank):
+    v = P.view(sharding, rank)
+    return tuple(v.counts), tuple(tuple(i) for i in v.index)
+
+
+def _conv_emit(P, op: ConvolutionOp, plan, scatter, want) -> None:
+    lhs_shape, rhs_shape, out_shape = P.shape_of(op.lhs), P.shape_of(op.rhs), P.shape_of(op.result)
+    C = P.C
+    p, res, windowed, parts, groups = plan["p"], plan["res"], plan["windowed"], plan["parts"], plan["groups"]
+    rhave = plan["rhave"]
+    dn = p["dimension_numbers"]
+    spatial_parts = [i for kind, i in parts if kind == "s"]
     win_dims = [dn.lhs[2 + i] for i in windowed + spatial_parts]
-    src = P.source(op.lhs, need_l, win_dims)
+    src = P.source(op.lhs, plan["need_l"], win_dims)
     x = P.get(op.lhs, src)
-    w = P.get(op.rhs, need_r)
+    w = P.get(op.rhs, plan["need_r"])
     padding = [list(v) for v in p["padding"]]
     zero = None
     for i in windowed + spatial_parts:
@@ -171,15 +232,18 @@ def convolution(P, op: ConvolutionOp, shardings) -> None:
         padding[i] = [0, 0]
     params = dict(p, padding=tuple(tuple(v) for v in padding))
     out = P.new_op(op, ConvolutionOp, [x, w], **params).results[0]
-    if groups is not None and use_parts:
+    if groups is not None:
         if op.result.name_hint:
             out.name_hint = op.result.name_hint + "_partial"
+        if scatter is not None:  # the partial result (``partial``, computed whole) scattered to ``want``
+            P.define(op.result, P.reduce_scatter(out, scatter, "add"), want)
+            return
         out = P.emit(
             ccl.AllReduceOp.make(
                 [out], replica_groups=P.participants(groups), computation="add", channel_id=P.channel()
             )
         ).results[0]
-    P.define(op.result, out, need)
+    P.define(op.result, out, plan["need"])
 
 
 def reduce_window(P, op: ReduceWindowOp, shardings) -> None:

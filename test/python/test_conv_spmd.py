@@ -147,3 +147,31 @@ def test_bytes_per_core_of_the_lit_cases_are_those_their_comments_state():
             assert got == 0, name
         else:
             assert numbers and numbers[-1] == got, (name, numbers, got)
+
+
+def test_input_feature_split_with_a_split_result_reduce_scatters(da):
+    """Image channels and the filters' input channels split over the 8 cores,
+    the result split over the same cores on its output channels: one
+    ccl.reduce_scatter of the partial results (GSPMD's partial-sum output),
+    no all_reduce, no all_gather; values equal to the unsplit run, fewer
+    bytes per core than the operands' resharding."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, 6, 16))
+    w = rng.standard_normal((3, 3, 16, 8))
+
+    def step(x, w, split=True):
+        if split:
+            x = xtpu.split_to_logical_devices(x, [1, 1, 1, 8])
+            w = xtpu.split_to_logical_devices(w, [1, 1, 8, 1])
+        y = xtpu.nn.conv2d(x, w, 1, "VALID")
+        if split:
+            y = xtpu.split_to_logical_devices(y, [1, 1, 1, 8])
+        return xtpu.math.tanh(y)
+
+    ((got,),) = xtpu.replicate(step, [[x, w]], device_assignment=da)
+    ((want,),) = xtpu.replicate(lambda *a: step(*a, split=False), [[x, w]])
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-12)
+    module = xtpu.lower(step, [[x, w]], device_assignment=da).compile().module
+    assert _kinds(module) == {"reduce_scatter"}, collective_costs(module)
+    # 7/8 of the 2x4x4x8 float64 partial result.
+    assert bytes_per_core(module) == 7 / 8 * 2 * 4 * 4 * 8 * 8

@@ -111,6 +111,30 @@ func.func @conv_input_feature_split_sums(%a: tensor<2x6x6x8xf32>, %k: tensor<3x3
 
 // -----
 
+// The same input-feature split with the result split on its output features
+// over the same cores: each core's partial result (the whole 2x4x4x4) is
+// summed and scattered by one ccl.reduce_scatter, each core keeping its
+// feature (gathering the image and resharding the filters instead would move
+// 1944 bytes; this moves 3/4 of 512 bytes = 384 bytes per core).
+// CHECK-LABEL: func @conv_input_feature_split_scatters
+// CHECK:         %y_partial = hlo.convolution(%x, %w) {{.*}} : (tensor<2x6x6x2xf32>, tensor<3x3x2x4xf32>) -> tensor<2x4x4x4xf32>
+// CHECK-NEXT:    %y = ccl.reduce_scatter %y_partial applies add dim = 3 groups = dense<{{\[\[}}0, 1, 2, 3{{\]\]}}> : tensor<1x4xi64> channel 1 : (tensor<2x4x4x4xf32>) -> tensor<2x4x4x1xf32>
+// CHECK-NOT:     ccl.all_gather
+// CHECK-NOT:     ccl.all_reduce
+func.func @conv_input_feature_split_scatters(%a: tensor<2x6x6x8xf32>, %k: tensor<3x3x8x4xf32>) -> tensor<2x4x4x4xf32> {
+  %r = tpu.replicate([%a] as %x: tensor<2x6x6x8xf32>, [%k] as %w: tensor<3x3x8x4xf32>) {n = 1 : i64, num_cores_per_replica = 4 : i64} {
+    %xs = tpu.sharding_constraint %x to #tpu.sharding<{devices=[1,1,1,4]<=[4]}> : tensor<2x6x6x8xf32>
+    %wc = tpu.sharding_constraint %w to #tpu.sharding<{devices=[1,1,4,1]<=[4]}> : tensor<3x3x8x4xf32>
+    %y = hlo.convolution(%xs, %wc) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f], window = {} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<2x6x6x8xf32>, tensor<3x3x8x4xf32>) -> tensor<2x4x4x4xf32>
+    %ys = tpu.sharding_constraint %y to #tpu.sharding<{devices=[1,1,1,4]<=[4]}> : tensor<2x4x4x4xf32>
+    %z = hlo.tanh %ys : tensor<2x4x4x4xf32>
+    tpu.yield %z : tensor<2x4x4x4xf32>
+  }
+  func.return %r : tensor<2x4x4x4xf32>
+}
+
+// -----
+
 // A 2x2 max pool with stride 2 over tiles of whole windows, and its gradient
 // (select_and_scatter): local.
 // CHECK-LABEL: func @max_pool_tiles_of_whole_windows_are_local
