@@ -535,32 +535,12 @@ class ConvolutionOp(PrimitiveOp):
         return [gx, gw]
 
 
-def conv_numpy(
-    x: np.ndarray,
-    w: np.ndarray,
-    dimension_numbers: ConvDimensionNumbers,
-    window_strides,
-    padding,
-    lhs_dilation,
-    rhs_dilation,
-    feature_group_count: int,
-    batch_group_count: int,
-    preferred_element_type: str | None = None,
-    **_: Any,
-) -> np.ndarray:
-    """StableHLO's convolution in numpy: im2col of strided window views and
-    one batched matmul over the groups (see the module docstring), with
-    ``hlo.dot_general``'s accumulation (:func:`xtpu.dialects.hlo.accumulate_as`:
-    bfloat16 / float16 in float32, rounded once to the result dtype)."""
-    params = dict(
-        dimension_numbers=dimension_numbers,
-        window_strides=window_strides,
-        padding=padding,
-        lhs_dilation=lhs_dilation,
-        rhs_dilation=rhs_dilation,
-        feature_group_count=feature_group_count,
-        batch_group_count=batch_group_count,
-    )
+def conv_numpy(x: np.ndarray, w: np.ndarray, preferred_element_type: str | None = None, **params: Any) -> np.ndarray:
+    """StableHLO's convolution in numpy (``params``: :func:`conv_params`'s):
+    im2col of strided window views and one batched matmul over the groups
+    (see the module docstring), with ``hlo.dot_general``'s accumulation
+    (:func:`xtpu.dialects.hlo.accumulate_as`: bfloat16 / float16 in float32,
+    rounded once to the result dtype)."""
     return accumulate_as(lambda a, b: _conv_im2col(a, b, **params), preferred_element_type)(x, w)
 
 
@@ -574,6 +554,7 @@ def _conv_im2col(
     rhs_dilation,
     feature_group_count: int,
     batch_group_count: int,
+    **_: Any,
 ) -> np.ndarray:
     """The convolution computed in ``x``'s dtype (``w``'s is the same)."""
     dn = dimension_numbers

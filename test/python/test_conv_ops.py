@@ -161,15 +161,11 @@ CONV_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[0]}-{c[6][:8]}-g{c[7]}-b{c[8]}")
-def test_convolution_and_its_gradients_match_jax(case):
-    xs, ws, strides, pad, ld, rd, dn_text, fgc, bgc = case
-    rng = np.random.default_rng(7)
-    x, w = rng.standard_normal(xs), rng.standard_normal(ws)
-    dn = ConvDimensionNumbers.from_text(dn_text)
-    jdn = lax.ConvDimensionNumbers(dn.lhs, dn.rhs, dn.out)
-    params = dict(
-        dimension_numbers=dn,
+def conv_case_params(case) -> dict:
+    """hlo.convolution's params of a CONV_CASES entry."""
+    _, _, strides, pad, ld, rd, dn_text, fgc, bgc = case
+    return dict(
+        dimension_numbers=ConvDimensionNumbers.from_text(dn_text),
         window_strides=strides,
         padding=pad,
         lhs_dilation=ld,
@@ -177,6 +173,16 @@ def test_convolution_and_its_gradients_match_jax(case):
         feature_group_count=fgc,
         batch_group_count=bgc,
     )
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[0]}-{c[6][:8]}-g{c[7]}-b{c[8]}")
+def test_convolution_and_its_gradients_match_jax(case):
+    xs, ws, strides, pad, ld, rd, dn_text, fgc, bgc = case
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal(xs), rng.standard_normal(ws)
+    params = conv_case_params(case)
+    dn = params["dimension_numbers"]
+    jdn = lax.ConvDimensionNumbers(dn.lhs, dn.rhs, dn.out)
 
     def f(a, b):
         return lax.conv_general_dilated(a, b, strides, pad, ld, rd, jdn, fgc, bgc)

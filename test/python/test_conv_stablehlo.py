@@ -21,12 +21,12 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 lax = jax.lax
 
-from test_conv_ops import CONV_CASES, RW_CASES  # noqa: E402
-from test_from_jax import _close, _jax_reference, _xtpu_step  # noqa: E402
+from test_conv_ops import CONV_CASES, RW_CASES, conv_case_params  # noqa: E402
+from test_from_jax import check_from_jax  # noqa: E402
 
 import xtpu  # noqa: E402
 from xtpu.core.tracing import bind  # noqa: E402
-from xtpu.dialects.hlo_window import ConvDimensionNumbers, ConvolutionOp, ReduceWindowOp  # noqa: E402
+from xtpu.dialects.hlo_window import ConvolutionOp, ReduceWindowOp  # noqa: E402
 from xtpu.experimental import StableHLOImportError, call_stablehlo, from_jax  # noqa: E402
 
 # ---- export: XLA runs xtpu's windowed ops equal to xtpu ----------------------------
@@ -43,16 +43,8 @@ def test_convolution_and_its_gradients_run_on_xla_equal_to_xtpu(case):
     cuts, lhs / rhs dilation, feature and batch groups, 1-3 spatial
     dimensions, permuted dimension numbers) and its two gradient
     convolutions, float64 over 2 replicas."""
-    xs, ws, strides, pad, ld, rd, dn_text, fgc, bgc = case
-    params = dict(
-        dimension_numbers=ConvDimensionNumbers.from_text(dn_text),
-        window_strides=strides,
-        padding=pad,
-        lhs_dilation=ld,
-        rhs_dilation=rd,
-        feature_group_count=fgc,
-        batch_group_count=bgc,
-    )
+    xs, ws = case[:2]
+    params = conv_case_params(case)
 
     def step(x, w):
         with xtpu.GradientTape() as tape:
@@ -205,18 +197,4 @@ def _jax_inputs(r):
 
 @pytest.mark.parametrize("kind", sorted(JAX_WINDOWED))
 def test_jax_convolution_and_pooling_through_from_jax_equal_jax(kind):
-    fn = JAX_WINDOWED[kind]
-    g = from_jax(fn)
-    step = _xtpu_step(g)
-    ins = [_jax_inputs(r) for r in range(2)]
-    x, w = ins[0]
-    want, want_grads = _jax_reference(fn, x, w)
-    assert want_grads
-    got = step(xtpu.constant(x), xtpu.constant(w))
-    for i, (a, b) in enumerate(zip(got, want + want_grads)):
-        _close(np.asarray(a), b, f"{kind} eager output {i}")
-    outs = xtpu.replicate(step, ins)
-    for r in range(2):
-        want, want_grads = _jax_reference(fn, *ins[r])
-        for i, (a, b) in enumerate(zip(outs[r], want + want_grads)):
-            _close(a, b, f"{kind} replica {r} output {i}")
+    check_from_jax(kind, JAX_WINDOWED[kind], [_jax_inputs(r) for r in range(2)])

@@ -206,10 +206,15 @@ def _close(got, want, what):
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_from_jax_eagerly_and_replicated_equals_jax(kind):
-    fn = KINDS[kind]
+    check_from_jax(kind, KINDS[kind], [_inputs(r) for r in range(2)])
+
+
+def check_from_jax(kind, fn, ins):
+    """``from_jax(fn)`` eagerly on ``ins[0]`` and inside ``xtpu.replicate``
+    with one replica per entry of ``ins``: values and GradientTape gradients
+    equal to JAX's (also used by test_conv_stablehlo.py)."""
     g = from_jax(fn)
     step = _xtpu_step(g, kind not in NO_JAX_GRADIENT)
-    ins = [_inputs(r) for r in range(2)]
     # Eagerly.
     x, w = ins[0]
     want, want_grads = _jax_reference(fn, x, w)
@@ -219,7 +224,7 @@ def test_from_jax_eagerly_and_replicated_equals_jax(kind):
         _close(np.asarray(a), b, f"{kind} eager output {i}")
     # Inside xtpu.replicate, 2 replicas with their own inputs.
     outs = xtpu.replicate(step, ins)
-    for r in range(2):
+    for r in range(len(ins)):
         want, want_grads = _jax_reference(fn, *ins[r])
         for i, (a, b) in enumerate(zip(outs[r], want + want_grads)):
             _close(a, b, f"{kind} replica {r} output {i}")
