@@ -55,7 +55,7 @@ from xtpu.dialects.autodiff import CustomGradientOp, StopGradientOp
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
 from xtpu.dialects.fusion import FusionRegionOp, FusionYieldOp
 from xtpu.dialects.primitive import GroupsParam, PrimitiveOp, array_from_dense, dense_from_array
-from xtpu.dialects.tensor_spec import TensorSpec
+from xtpu.dialects.tensor_spec import FLOAT_DTYPES, TensorSpec, numpy_dtype
 from xtpu.passes import stablehlo_syntax as S
 
 Export = Callable[[Any, Operation, list[SSAValue]], list[SSAValue]]
@@ -461,11 +461,26 @@ def _import_constant(im, op, xs):
     return im.apply(hlo.ConstantOp, [], {"value": im.attr(op, "value")}, _result_types(op))
 
 
+def _total_order_key(im, x):
+    """An integer whose signed order is IEEE 754's totalOrder of float
+    ``x`` (``-NaN < -inf < ... < -0.0 < 0.0 < ... < inf < NaN``): the bits
+    as a signed integer, the magnitude bits flipped where the sign is set."""
+    spec = im.spec(x)
+    width = numpy_dtype(spec.dtype).itemsize * 8
+    itype = f"int{width}"
+    (i,) = im.bind(hlo_bits.BitcastConvertOp, [x], dtype=itype)
+    (sign,) = im.bind(hlo_bits.ShiftRightArithmeticOp, [i, _full_like(im, i, width - 1)])
+    (mask,) = im.bind(hlo.AndOp, [sign, _full_like(im, i, np.iinfo(itype).max)])
+    return im.bind(hlo_bits.XorOp, [i, mask])[0]
+
+
 def _import_compare(im, op, xs):
+    """``TOTALORDER`` on floats (JAX's sort and searchsorted) compares the
+    integer keys of the bits (:func:`_total_order_key`): exact."""
     kind = im.attr(op, "compare_type")
-    if kind is not None and S.enum_value(kind) == "TOTALORDER":
-        im.refuse(op, "compares in TOTALORDER (NaN ordered), which xtpu's hlo.compare does not have")
     direction = S.enum_value(im.attr(op, "comparison_direction"))
+    if kind is not None and S.enum_value(kind) == "TOTALORDER" and im.spec(xs[0]).dtype in FLOAT_DTYPES:
+        xs = [_total_order_key(im, x) for x in xs]
     return im.bind(hlo.CompareOp, xs, comparison_direction=direction)
 
 
@@ -831,8 +846,9 @@ def _import_top_k(im, op, xs):
     """``chlo.top_k(x, k)`` (what JAX's ``lax.top_k`` lowers to): the ``k``
     largest along the last dimension, the lower index first on ties, and
     their indices (int32): a stable descending ``hlo.sort`` of ``x`` with an
-    iota, then the first ``k``.  NaN comes first (XLA's order, TOTALORDER:
-    NaN above +inf); ``-0.0`` and ``0.0`` tie (XLA puts ``0.0`` first)."""
+    iota, then the first ``k``.  Floats are sorted by their totalOrder key
+    (:func:`_total_order_key`), XLA's order: NaN first, ``0.0`` before
+    ``-0.0``."""
     (x,) = xs
     k = int(im.attr(op, "k").value.data)
     shape = im.spec(x).shape
@@ -840,11 +856,11 @@ def _import_top_k(im, op, xs):
         im.refuse(op, "takes a scalar; top_k needs a dimension")
     axis = len(shape) - 1
     (iota,) = im.bind(hlo.IotaOp, [], iota_dimension=axis, shape=shape, dtype="int32")
-    if im.spec(x).dtype.startswith(("float", "bfloat")):
-        # NaN first, as XLA's TOTALORDER puts (positive) NaN above +inf.
-        (nan,) = im.bind(hlo.CompareOp, [x, x], comparison_direction="NE")
+    if im.spec(x).dtype in FLOAT_DTYPES:
+        # XLA's order: totalOrder descending (NaN first, 0.0 before -0.0).
+        key = _total_order_key(im, x)
         _, values, idx = im.bind(
-            hlo_indexing.SortOp, [nan, x, iota], dimension=axis, is_stable=True, comparison_directions=("GT", "GT")
+            hlo_indexing.SortOp, [key, x, iota], dimension=axis, is_stable=True, comparison_directions=("GT",)
         )
     else:
         values, idx = im.bind(
@@ -1082,6 +1098,71 @@ _GATHER_KEYS = (
     "start_indices_batching_dims",
     "start_index_map",
 )
+
+
+def _import_square(im, op, xs):
+    """``chlo.square`` (JAX's ``jnp.var``, ``x ** 2``): ``x * x``, exact."""
+    return im.bind(hlo.MultiplyOp, [xs[0], xs[0]])
+
+
+def _import_round_afz(im, op, xs):
+    """Round half away from zero (StableHLO spec: round_nearest_afz; JAX's
+    float ``//`` and ``jnp.round`` with ``rounding_method=0``): ``t =
+    floor(|x|)`` plus 1 where ``|x| - t >= 0.5`` (exact: ``|x| - t`` is),
+    the sign of ``x`` put back with ``sign(x) *`` (``-0.0``, NaN and
+    infinities kept): exact."""
+    (x,) = xs
+    (a,) = im.bind(hlo.AbsOp, [x])
+    (t,) = im.bind(hlo_rounding.FloorOp, [a])
+    (frac,) = im.bind(hlo.SubtractOp, [a, t])
+    (up,) = im.bind(hlo.CompareOp, [frac, _full_like(im, x, 0.5)], comparison_direction="GE")
+    (t1,) = im.bind(hlo.AddOp, [t, _full_like(im, x, 1)])
+    (r,) = im.bind(hlo.SelectOp, [up, t1, t])
+    (sg,) = im.bind(hlo_math.SignOp, [x])
+    return im.bind(hlo.MultiplyOp, [sg, r])
+
+
+# Giles's single-precision erfinv ("Approximating the erfinv function", GPU
+# Computing Gems, 2011), the polynomial XLA's chlo.erf_inv expands to.
+_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087)
+_ERFINV_CENTRAL += (-0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773)
+_ERFINV_TAIL += (-0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def _import_erf_inv(im, op, xs):
+    """``chlo.erf_inv`` (JAX's normal random numbers, ``erfinv``): Giles's
+    approximation, ``x p(w)`` with ``w = -log((1 - x)(1 + x))``, ``p`` a
+    polynomial in ``w - 2.5`` (``w < 5``) or ``sqrt(w) - 3``; ``+-inf`` at
+    ``+-1``.  Within 3e-7 relative of the true erfinv and 6e-6 of XLA's
+    (measured over ``(-1, 1)`` in float32).  Float64 is refused: Giles's
+    double-precision polynomial is not written here."""
+    (x,) = xs
+    if im.spec(x).dtype == "float64":
+        im.refuse(op, "on float64 has no xtpu form (its single-precision approximation only)")
+
+    def b(cls, *vs, **params):
+        return im.bind(cls, list(vs), **params)[0]
+
+    def poly(coeffs, v):
+        acc = _full_like(im, v, coeffs[0])
+        for c in coeffs[1:]:
+            acc = b(hlo.AddOp, b(hlo.MultiplyOp, acc, v), _full_like(im, v, c))
+        return acc
+
+    one = _full_like(im, x, 1)
+    w = b(hlo.NegateOp, b(hlo.LogOp, b(hlo.MultiplyOp, b(hlo.SubtractOp, one, x), b(hlo.AddOp, one, x))))
+    central = poly(_ERFINV_CENTRAL, b(hlo.SubtractOp, w, _full_like(im, x, 2.5)))
+    # The tail is used where w >= 5: its sqrt reads max(w, 5), so that the
+    # branch not taken has finite gradients (sqrt'(0) is inf).
+    five = _full_like(im, x, 5)
+    tail = poly(_ERFINV_TAIL, b(hlo.SubtractOp, b(hlo.SqrtOp, b(hlo.MaximumOp, w, five)), _full_like(im, x, 3)))
+    small = b(hlo.CompareOp, w, five, comparison_direction="LT")
+    y = b(hlo.MultiplyOp, b(hlo.SelectOp, small, central, tail), x)
+    edge = b(hlo.CompareOp, b(hlo.AbsOp, x), one, comparison_direction="EQ")
+    positive = b(hlo.CompareOp, x, _full_like(im, x, 0), comparison_direction="GT")
+    inf = b(hlo.SelectOp, positive, _full_like(im, x, np.inf), _full_like(im, x, -np.inf))
+    return [b(hlo.SelectOp, edge, inf, y)]
 
 
 def _import_erfc(im, op, xs):
@@ -1556,6 +1637,9 @@ ENTRIES: list[Entry] = [
 
 # StableHLO ops without an xtpu op of their own, imported as compositions.
 ENTRIES += [
+    Entry(None, "chlo.square", None, _import_square, note="x * x"),
+    Entry(None, "stablehlo.round_nearest_afz", None, _import_round_afz, note="floor(|x|) + (frac >= 0.5), signed"),
+    Entry(None, "chlo.erf_inv", None, _import_erf_inv, note="Giles's single-precision erfinv"),
     Entry(None, "chlo.erfc", None, _import_erfc, note="1 - erf near 0, Cephes's erfc in the tails"),
     Entry(None, "chlo.top_k", None, _import_top_k, note="a stable descending sort with an iota, then a slice"),
     Entry(None, "stablehlo.dot", None, _import_dot, note="dot_general contracting lhs's last dimension"),

@@ -6,10 +6,10 @@ Each kind of JAX function runs through ``from_jax`` eagerly and inside
 
 Kinds xtpu cannot import yet: a windowed product (``cumprod``: a
 ``reduce_window`` multiply; windowed sums, maxima and minima and
-convolutions import, see test_conv_stablehlo.py), normal random numbers
-(``chlo.erf_inv``), float remainder and rounding (``round_nearest_afz``,
-used by float ``//``).  Each is refused at import, naming the op (tested
-below for some).
+convolutions import, see test_conv_stablehlo.py), float remainder
+(``jnp.mod``, float ``//``), ``cbrt``, ``tan``, ``atan2`` and CHLO's inverse
+trigonometric, hyperbolic and gamma functions.  Each is refused at import,
+naming the op (tested below for some).
 
 StableHLO has no ``stop_gradient`` (JAX lowers ``lax.stop_gradient`` and
 ``custom_jvp`` rules away): xtpu's gradients through an imported program
@@ -104,6 +104,26 @@ def _random(x, w):
     return bits, x * jax.random.uniform(k2, x.shape, x.dtype), jax.random.randint(key, (4,), 0, 10)
 
 
+def _normal(x, w):
+    """JAX's normal random numbers: threefry bits, uniform floats, Giles's
+    erfinv (chlo.erf_inv)."""
+    return x * jax.random.normal(jax.random.key(4), x.shape, x.dtype), jax.scipy.special.erfinv(jnp.tanh(w))
+
+
+def _rounding(x, w):
+    """``lax.round`` away from zero (round_nearest_afz, at halves too),
+    ``jnp.var`` (chlo.square) and ``searchsorted`` (TOTALORDER compares)."""
+    afz = lax.RoundingMethod.AWAY_FROM_ZERO
+    halves = jnp.array([-2.5, -0.5, 0.5, 1.5, -0.0, 2.4999998], x.dtype)
+    return (
+        lax.round(x * 4.0, afz),
+        lax.round(halves, afz),
+        jnp.var(w, axis=0),
+        jnp.searchsorted(jnp.sort(w[0]), x[0]),
+        x * lax.round(x * 3.0, afz),
+    )
+
+
 def _argmax(x, w):
     return jnp.argmax(x, axis=1), jnp.argmin(w, axis=0), jnp.argmax(w), x[0, jnp.argmax(x[0])]
 
@@ -143,6 +163,8 @@ KINDS = {
     "sort_top_k": _sort,
     "argmax": _argmax,
     "random_bits": _random,
+    "random_normal": _normal,
+    "rounding_var_searchsorted": _rounding,
     "erf_sin_cos": lambda x, w: (jax.scipy.special.erf(x), jax.nn.gelu(x, approximate=False), jnp.sin(w) * jnp.cos(w)),
 }
 
@@ -238,6 +260,7 @@ def test_at_least_twenty_kinds():
     "fn,op",
     [
         (lambda x: jnp.cbrt(x), "stablehlo.cbrt"),
+        (lambda x: jnp.mod(x, 0.7), "stablehlo.remainder"),  # float ``//`` too
         (lambda x: lax.reduce((x, x * 2, x * 3), (x[0], x[1], x[2]), lambda a, b: a, (0,)), "stablehlo.reduce"),
         (lambda x: jnp.cumprod(x), "stablehlo.reduce_window"),  # a windowed product
     ],
@@ -245,7 +268,7 @@ def test_at_least_twenty_kinds():
 def test_what_xtpu_cannot_import_is_refused_naming_the_op_and_its_location(fn, op):
     with pytest.raises(StableHLOImportError, match=rf"'{op}' op in @\w+ at ") as e:
         from_jax(fn)(np.ones(4, np.float32))
-    if op not in ("stablehlo.reduce_window",):  # in private functions without a file position
+    if op not in ("stablehlo.reduce_window", "stablehlo.remainder"):  # in private functions: no file position
         assert "at test_from_jax.py:" in str(e.value)
 
 
@@ -264,6 +287,31 @@ def test_a_sort_comparator_xtpu_does_not_read_is_refused():
     """
     with pytest.raises(StableHLOImportError, match="'stablehlo.sort' op in @main .*comparator xtpu does not read"):
         call_stablehlo(text, np.ones(4, np.float32), np.ones(4, np.float32))
+
+
+def test_total_order_compares_equal_xla():
+    """StableHLO's TOTALORDER compare on floats (-NaN < -inf < ... < -0.0 <
+    0.0 < ... < inf < NaN) against XLA running the same text, and chlo.top_k
+    (XLA's descending totalOrder: NaN first, 0.0 before -0.0)."""
+    import xla_reference as X
+
+    text = """
+    func.func @main(%a: tensor<8xf32>, %b: tensor<8xf32>) -> (tensor<8xi1>, tensor<8xi1>, tensor<8xi1>, tensor<3xf32>, tensor<3xi32>) {
+      %0 = stablehlo.compare LT, %a, %b, TOTALORDER : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xi1>
+      %1 = stablehlo.compare EQ, %a, %b, TOTALORDER : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xi1>
+      %2 = stablehlo.compare GE, %a, %b, TOTALORDER : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xi1>
+      %v, %i = chlo.top_k(%a, k = 3) : tensor<8xf32> -> (tensor<3xf32>, tensor<3xi32>)
+      return %0, %1, %2, %v, %i : tensor<8xi1>, tensor<8xi1>, tensor<8xi1>, tensor<3xf32>, tensor<3xi32>
+    }
+    """
+    neg_nan = np.float32(-np.nan) if np.signbit(np.float32(-np.nan)) else -np.float32(np.nan)
+    a = np.array([-0.0, 0.0, np.nan, neg_nan, np.inf, -np.inf, 1.5, 0.0], np.float32)
+    b = np.array([0.0, -0.0, 1e30, -np.inf, np.nan, neg_nan, 1.5, 0.0], np.float32)
+    got = [np.asarray(v) for v in call_stablehlo(text, a, b)]
+    (want,) = X.run(X.pretty(text), [[a, b]])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert got[4].tolist() == [2, 4, 6] and np.signbit(a[[0]]).all()
 
 
 def test_custom_call_is_refused_by_name():

@@ -353,6 +353,25 @@ def test_train_digits_step_exports_and_runs_on_xla_with_8_replicas():
         X.check_against_xtpu(compiled, inputs)
 
 
+def test_transformer_steps_export_and_run_on_xla_with_8_replicas():
+    """examples/train_transformer.py in a short form: its training and
+    evaluation steps (embedding gather, causal attention, exact GELU through
+    erf, sparse cross-entropy) run on XLA's CPU client with its 8 replicas,
+    equal to xtpu's runtime (xla_reference's tolerances)."""
+    with _compiled_steps() as seen:
+        _run_example(
+            "train_transformer",
+            ["--steps", "2", "--batch", "16", "--seq", "16", "--dim", "16", "--heads", "2", "--layers", "1"]
+            + ["--eval-every", "2", "--eval-batches", "1", "--sample", "0", "--max-ratio", "100"],
+        )
+    assert len(seen) >= 2  # the training and the evaluation step
+    for compiled, inputs in seen.values():
+        assert len(inputs) == 8
+        text = compiled.as_text(dialect="stablehlo")
+        assert '"stablehlo.gather"' in text
+        X.check_against_xtpu(compiled, inputs, text=text)
+
+
 def test_jax_example_step_exports_and_runs_on_xla():
     with _compiled_steps() as seen:
         _run_example("jax_model_in_tpu_strategy", ["--replicas", "4", "--steps", "2"])
@@ -436,6 +455,29 @@ def test_fuzzed_programs_agree_on_xla():
         failure = fp.check_xla(prog)
         assert failure is None, f"{failure}\n{fp.reproducer(prog, failure) if hasattr(fp, 'reproducer') else ''}"
     assert ran >= 6
+
+
+def test_xla_algebraic_simplifier_deviation_is_recognized():
+    """XLA's own deviation from IEEE 754: its algebraic simplifier turns
+    ``x * convert(p)`` into a select, so NaN * convert(false) is 0 (IEEE and
+    xtpu: NaN); without the pass XLA gives NaN.  The fuzzer's xla mode names
+    such a mismatch (seed 0, program 1905) instead of counting it as xtpu's."""
+    import fuzz_programs as fp
+
+    text = X.pretty(
+        """func.func @main(%p: tensor<2xi1>, %x: tensor<2xf32>) -> tensor<2xf32> {
+          %0 = stablehlo.convert %p : (tensor<2xi1>) -> tensor<2xf32>
+          %1 = stablehlo.multiply %x, %0 : tensor<2xf32>
+          return %1 : tensor<2xf32>
+        }"""
+    )
+    args = [[np.array([False, True]), np.array([np.nan, np.inf], np.float32)]]
+    assert X.run(text, args)[0][0].tolist() == [0.0, np.inf]
+    got = X.run(text, args, disable_passes="algsimp")[0][0]
+    assert np.isnan(got[0]) and got[1] == np.inf
+    prog = fp.generate(fp.RandomChooser(1905), fp.ALWAYS_AVOID | {"host_code"})
+    failure = fp.check_xla(prog)
+    assert failure is not None and fp.classify_known(failure, prog) == "xla_algsimp", failure
 
 
 def test_every_op_has_an_entry_in_the_table():

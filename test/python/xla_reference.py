@@ -141,10 +141,14 @@ def compile_only(text: str, replicas: int, partitions: int = 1) -> Any:
     return backend.compile_and_load(text, xla_client.DeviceList(tuple(devices)), opts)
 
 
-def run(text: str, inputs: Sequence[Sequence[np.ndarray]], num_replicas: int | None = None) -> list[list[np.ndarray]]:
+def run(
+    text: str, inputs: Sequence[Sequence[np.ndarray]], num_replicas: int | None = None, disable_passes: str = ""
+) -> list[list[np.ndarray]]:
     """Compile ``text`` with XLA's CPU client for ``num_replicas`` (default:
     ``len(inputs)``) and run it; ``inputs[replica][argument]``.  Returns
-    ``[replica][output]``."""
+    ``[replica][output]``.  ``disable_passes``: XLA's
+    ``xla_disable_hlo_passes`` (``"algsimp"``: without the algebraic
+    simplifier, which is not IEEE-exact)."""
     jax = _jax()
     from jax._src.lib import xla_client
 
@@ -154,12 +158,14 @@ def run(text: str, inputs: Sequence[Sequence[np.ndarray]], num_replicas: int | N
         raise RuntimeError(f"{n} replicas need {n} CPU devices; jax was imported with {len(devices)}")
     devices = devices[:n]
     backend = jax.extend.backend.get_backend("cpu")
-    key = (text, n)
+    key = (text, n, disable_passes)
     exe = _EXECUTABLES.get(key)
     if exe is None:
         opts = jax.extend.backend.get_compile_options(
             n, 1, device_assignment=np.arange(n).reshape(n, 1), backend=backend
         )
+        if disable_passes:
+            opts.executable_build_options.debug_options.xla_disable_hlo_passes = disable_passes
         exe = backend.compile_and_load(text, xla_client.DeviceList(tuple(devices)), opts)
         if len(_EXECUTABLES) > 64:
             _EXECUTABLES.clear()

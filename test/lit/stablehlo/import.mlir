@@ -165,12 +165,16 @@ module @jit_indexing {
 
 // -----
 
-// chlo.top_k (JAX's lax.top_k): a stable descending sort, NaN first (a key
-// before the values), with an iota, then the first k.
+// chlo.top_k (JAX's lax.top_k): a stable descending sort by the floats'
+// totalOrder key (bits as an integer, the magnitude flipped where the sign
+// is set: XLA's order, NaN first), with an iota, then the first k.
 // CHECK-LABEL: func.func @main(%{{.*}}: tensor<2x5xf32>) -> (tensor<2x2xf32>, tensor<2x2xi32>)
 // CHECK-NEXT:    %[[IOTA:.*]] = hlo.iota dim = 1 : tensor<2x5xi32>
-// CHECK-NEXT:    %[[NAN:.*]] = hlo.compare NE, %[[X:.*]], %[[X]]
-// CHECK-NEXT:    %{{.*}}, %[[V:.*]], %[[I:.*]] = hlo.sort %[[NAN]], %[[X]], %[[IOTA]] dim = 1 directions = [GT, GT] stable
+// CHECK-NEXT:    %[[BITS:.*]] = hlo.bitcast_convert %[[X:.*]] : (tensor<2x5xf32>) -> tensor<2x5xi32>
+// CHECK:         %[[SIGN:.*]] = hlo.shift_right_arithmetic %[[BITS]], %{{.*}} : tensor<2x5xi32>
+// CHECK:         %[[MASK:.*]] = hlo.and %[[SIGN]], %{{.*}} : tensor<2x5xi32>
+// CHECK-NEXT:    %[[KEY:.*]] = hlo.xor %[[BITS]], %[[MASK]] : tensor<2x5xi32>
+// CHECK-NEXT:    %{{.*}}, %[[V:.*]], %[[I:.*]] = hlo.sort %[[KEY]], %[[X]], %[[IOTA]] dim = 1 directions = [GT] stable
 // CHECK-NEXT:    %[[TV:.*]] = hlo.slice %[[V]], start = [0, 0], limit = [2, 2], strides = [1, 1]
 // CHECK-NEXT:    %[[TI:.*]] = hlo.slice %[[I]], start = [0, 0], limit = [2, 2], strides = [1, 1]
 // CHECK-NEXT:    func.return %[[TV]], %[[TI]]
@@ -178,5 +182,26 @@ module @jit_top_k {
   func.func public @main(%arg0: tensor<2x5xf32>) -> (tensor<2x2xf32>, tensor<2x2xi32>) {
     %values, %indices = chlo.top_k(%arg0, k = 2) : tensor<2x5xf32> -> (tensor<2x2xf32>, tensor<2x2xi32>)
     return %values, %indices : tensor<2x2xf32>, tensor<2x2xi32>
+  }
+}
+
+// -----
+
+// A TOTALORDER compare of floats compares their totalOrder keys (exact);
+// round_nearest_afz is floor(|x|) + (|x| - floor(|x|) >= 0.5), signed.
+// CHECK-LABEL: func.func @main(%{{.*}}: tensor<3xf32>, %{{.*}}: tensor<3xf32>) -> (tensor<3xi1>, tensor<3xf32>)
+// CHECK:         %[[KA:.*]] = hlo.xor
+// CHECK:         %[[KB:.*]] = hlo.xor
+// CHECK-NEXT:    %[[LT:.*]] = hlo.compare LT, %[[KA]], %[[KB]] : (tensor<3xi32>, tensor<3xi32>) -> tensor<3xi1>
+// CHECK:         hlo.floor
+// CHECK:         hlo.compare GE
+// CHECK:         hlo.sign
+// CHECK-NEXT:    %[[R:.*]] = hlo.multiply
+// CHECK-NEXT:    func.return %[[LT]], %[[R]]
+module @total_order {
+  func.func public @main(%a: tensor<3xf32>, %b: tensor<3xf32>) -> (tensor<3xi1>, tensor<3xf32>) {
+    %0 = stablehlo.compare LT, %a, %b, TOTALORDER : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xi1>
+    %1 = stablehlo.round_nearest_afz %a : tensor<3xf32>
+    return %0, %1 : tensor<3xi1>, tensor<3xf32>
   }
 }
