@@ -436,6 +436,20 @@ def _export_recv_from_host(ex, op, xs):
     return out
 
 
+def _export_infeed(ex, op, xs):
+    """XLA's infeed, as TF's TPU bridge lowers ``InfeedDequeueTuple``: one
+    ``stablehlo.infeed`` of the whole tuple, ordered by the token chain;
+    ``infeed_config`` names xtpu's queue."""
+    outs = ex.emit(
+        "stablehlo.infeed",
+        [ex.token()],
+        _result_types(op) + [S.token_type()],
+        {"infeed_config": StringAttr(op.params()["queue"])},
+    )
+    ex.set_token(outs[-1])
+    return outs[:-1]
+
+
 def _export_sharding(ex, op, xs):
     """XLA's form of a sharding annotation: ``custom_call @Sharding`` with the
     ``mhlo.sharding`` string (what JAX emits without Shardy)."""
@@ -1122,6 +1136,23 @@ def _import_round_afz(im, op, xs):
     return im.bind(hlo.MultiplyOp, [sg, r])
 
 
+def _builders(im):
+    """``b(cls, *values, **params)``: one xtpu op's one result; and
+    ``poly(coeffs, v)``: the polynomial (highest power first) at ``v`` by
+    Horner's rule, in ``v``'s type."""
+
+    def b(cls, *vs, **params):
+        return im.bind(cls, list(vs), **params)[0]
+
+    def poly(coeffs, v):
+        acc = _full_like(im, v, coeffs[0])
+        for c in coeffs[1:]:
+            acc = b(hlo.AddOp, b(hlo.MultiplyOp, acc, v), _full_like(im, v, c))
+        return acc
+
+    return b, poly
+
+
 # Giles's single-precision erfinv ("Approximating the erfinv function", GPU
 # Computing Gems, 2011), the polynomial XLA's chlo.erf_inv expands to.
 _ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087)
@@ -1141,15 +1172,7 @@ def _import_erf_inv(im, op, xs):
     if im.spec(x).dtype == "float64":
         im.refuse(op, "on float64 has no xtpu form (its single-precision approximation only)")
 
-    def b(cls, *vs, **params):
-        return im.bind(cls, list(vs), **params)[0]
-
-    def poly(coeffs, v):
-        acc = _full_like(im, v, coeffs[0])
-        for c in coeffs[1:]:
-            acc = b(hlo.AddOp, b(hlo.MultiplyOp, acc, v), _full_like(im, v, c))
-        return acc
-
+    b, poly = _builders(im)
     one = _full_like(im, x, 1)
     w = b(hlo.NegateOp, b(hlo.LogOp, b(hlo.MultiplyOp, b(hlo.SubtractOp, one, x), b(hlo.AddOp, one, x))))
     central = poly(_ERFINV_CENTRAL, b(hlo.SubtractOp, w, _full_like(im, x, 2.5)))
@@ -1172,15 +1195,7 @@ def _import_erfc(im, op, xs):
     type: within a few ulps, without ``1 - erf``'s cancellation in the tail."""
     (x,) = xs
 
-    def b(cls, *vs):
-        return im.bind(cls, list(vs))[0]
-
-    def poly(coeffs, v):
-        acc = _full_like(im, v, coeffs[0])
-        for c in coeffs[1:]:
-            acc = b(hlo.AddOp, b(hlo.MultiplyOp, acc, v), _full_like(im, v, c))
-        return acc
-
+    b, poly = _builders(im)
     one = _full_like(im, x, 1)
     a = b(hlo.MinimumOp, b(hlo.AbsOp, x), _full_like(im, x, 30))
     tail = b(
@@ -1607,7 +1622,7 @@ ENTRIES: list[Entry] = [
     Entry("hlo.scatter", "stablehlo.scatter", _export_scatter, _import_scatter),
     Entry("hlo.sort", "stablehlo.sort", _export_sort, _import_sort),
     Entry("hlo.variadic_reduce", None, _export_variadic_reduce, note="stablehlo.reduce of (values, indices)"),
-    Entry("tpu.infeed_dequeue_tuple", None, _refuse("reads xtpu's infeed queue, which has no StableHLO form")),
+    Entry("tpu.infeed_dequeue_tuple", "stablehlo.infeed", _export_infeed),
     Entry("tpu.outside_compilation", None, _refuse(_HOST_REASON + "; compile the program first")),
     Entry(
         "hlo.erf",

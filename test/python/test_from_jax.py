@@ -53,6 +53,15 @@ def _cross_entropy(x, w):
     return -jnp.sum(labels * jax.nn.log_softmax(logits))
 
 
+def _sparse_cross_entropy(x, w):
+    """Softmax cross-entropy with integer labels (optax's
+    softmax_cross_entropy_with_integer_labels: take_along_axis of log_softmax)."""
+    logits = x @ w
+    labels = jnp.array([3, 0])
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
+
+
 def _scan(x, w):
     def step(c, row):
         c = jnp.tanh(c @ w[:3, :3] + row)
@@ -139,6 +148,7 @@ KINDS = {
     "reductions": lambda x, w: (jnp.sum(x, 0), jnp.mean(x), jnp.max(x, 1), jnp.min(w), jnp.prod(x[:, :2], 1)),
     "softmax": lambda x, w: jax.nn.softmax(x @ w, axis=-1),
     "cross_entropy": _cross_entropy,
+    "sparse_cross_entropy": _sparse_cross_entropy,
     "mlp": _mlp,
     "layer_norm": _layer_norm,
     "where_compare": lambda x, w: jnp.where(x > 0.1, x, -x * 0.5) + jnp.where(x <= w[:2, :3], 1.0, x),

@@ -168,3 +168,15 @@ func.func @erf(%x: tensor<3xf32>) -> tensor<3xf32> {
   %y = hlo.erf %x : tensor<3xf32>
   func.return %y : tensor<3xf32>
 }
+
+// -----
+
+// Infeed: one stablehlo.infeed of the tuple on the token chain (TF's
+// bridge's form), infeed_config naming the queue.
+// CHECK-LABEL: sym_name = "infeed"
+// CHECK:         %[[T:.*]] = "stablehlo.after_all"() : () -> !stablehlo.token
+// CHECK-NEXT:    %{{.*}}, %{{.*}}, %{{.*}} = "stablehlo.infeed"(%[[T]]) <{infeed_config = "q"}> : (!stablehlo.token) -> (tensor<2xf32>, tensor<i32>, !stablehlo.token)
+func.func @infeed() -> (tensor<2xf32>, tensor<i32>) {
+  %a, %b = tpu.infeed_dequeue_tuple "q" : tensor<2xf32>, tensor<i32>
+  func.return %a, %b : tensor<2xf32>, tensor<i32>
+}
