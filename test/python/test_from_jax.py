@@ -62,6 +62,22 @@ def _sparse_cross_entropy(x, w):
     return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
 
 
+def _convolution(x, w):
+    """A 2-D convolution, NHWC / HWIO, stride and padding (issue 27's hlo.convolution)."""
+    img = jnp.tile(x, (2, 2)).reshape(1, 4, 6, 1)
+    kernel = w[:2, :2].reshape(2, 2, 1, 1) * jnp.ones((1, 1, 1, 2), x.dtype)
+    return lax.conv_general_dilated(img, kernel, (1, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def _pooling(x, w):
+    """Max and average pooling (reduce_window; max pooling's gradient is a select_and_scatter)."""
+    img = (x @ w).reshape(1, 2, 4, 1)
+    window, strides = (1, 2, 2, 1), (1, 1, 2, 1)
+    mx = lax.reduce_window(img, -jnp.inf, lax.max, window, strides, "VALID")
+    avg = lax.reduce_window(img, 0.0, lax.add, window, strides, "SAME") / 4.0
+    return mx, avg
+
+
 def _scan(x, w):
     def step(c, row):
         c = jnp.tanh(c @ w[:3, :3] + row)
@@ -162,6 +178,9 @@ KINDS = {
     "fori_loop": lambda x, w: lax.fori_loop(0, 3, lambda i, a: jnp.tanh(a * 1.5 + i), x),
     "while_loop": lambda x, w: lax.while_loop(lambda a: jnp.sum(a) < 10.0, lambda a: a * 1.5 + 1.0, jnp.abs(x))[0],
     "scan": _scan,
+    "cumsum": lambda x, w: (jnp.cumsum(x, axis=1), jnp.cumsum(w, axis=0)[::-1]),
+    "convolution": _convolution,
+    "pooling": _pooling,
     "cond": lambda x, w: lax.cond(jnp.sum(x) > 0, lambda: jnp.tanh(x), lambda: x * w[:2, :3]),
     "switch": _switch,
     "integers": lambda x, w: x * (jnp.arange(6).reshape(2, 3) // 2 % 2 + jnp.sign(jnp.int32(x * 4))),
