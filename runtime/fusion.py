@@ -4,7 +4,7 @@ buffers the kernel keeps.
 The body's ops run in order, each through its own kernel (its
 ``PrimitiveOp.kernel``), so the results are the unfused ops' bits.  What
 fusion changes is where the values go: a value used only inside the region
-(an intermediate) is written through its op's ``out_kernel`` (the same
+(an intermediate) of more than 64 KB is written through its op's ``out_kernel`` (the same
 ufunc with ``out=``, ``np.copyto`` for a select or a convert, ``np.matmul``
 with ``out=``) into a buffer the kernel keeps from call to call (one set
 per thread: replicas run the same kernel on several threads); buffers are
@@ -111,7 +111,7 @@ def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | Non
         (list(o.operands), list(o.results), [value_key(r) for r in o.results], k is not None, type(o).OUT_IN_PLACE)
         for o, k in zip(ops, outk)
     ]
-    slots = assign(steps, set(yielded), min_bytes=0)
+    slots = assign(steps, set(yielded))  # values of 64 KB or less: the kernel itself
 
     names: dict[SSAValue, str] = {a: f"a{n}" for n, a in enumerate(block.args)}
     yield_pos = {v: k for k, v in enumerate(yielded)}

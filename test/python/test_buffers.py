@@ -17,7 +17,11 @@ import pytest
 import xtpu
 from xtpu.dialects import DIALECTS, hlo
 from xtpu.dialects.primitive import PrimitiveOp
+from xtpu.passes import DEFAULT_PIPELINE
+from xtpu.runtime import buffers
 from xtpu.runtime.buffers import assign
+
+UNFUSED = ",".join(DEFAULT_PIPELINE)
 
 # One training step (matmul, tanh, gradient, cross_replica_sum, SGD) per
 # replica, on x[256, 512] and w[512, 512] (0.5-1 MB arrays): xtpu's compiled
@@ -137,6 +141,58 @@ def test_outputs_kept_across_calls_are_never_overwritten(replicas):
         c([[x, w] for x in xs])
     for v, a in zip(views, again):  # only a view alive: its array is not reused either
         np.testing.assert_array_equal(v, a)
+
+
+def _block_step(x, w1, w2):
+    """A pre-LayerNorm MLP block with GELU and softmax: loss and SGD-updated weights."""
+    with xtpu.GradientTape() as tape:
+        tape.watch([w1, w2])
+        mu = xtpu.reduce_mean(x, axis=-1, keepdims=True)
+        var = xtpu.reduce_mean(xtpu.math.square(x - mu), axis=-1, keepdims=True)
+        h = (x - mu) / xtpu.math.sqrt(var + 1e-5)
+        a = xtpu.matmul(h, w1)
+        g = 0.5 * a * (1.0 + xtpu.math.tanh(0.7978845608 * (a + 0.044715 * a * a * a)))
+        y = xtpu.matmul(g, w2) + x
+        s = xtpu.nn.softmax(y)
+        loss = xtpu.reduce_sum(s * y)
+    g1, g2 = tape.gradient(loss, [w1, w2])
+    return loss, w1 - 0.1 * xtpu.cross_replica_sum(g1), w2 - 0.1 * xtpu.cross_replica_sum(g2)
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16])
+def test_planned_buffers_give_the_unplanned_bits(monkeypatch, replicas, dtype):
+    """The block step on x[128, 256] (128-512 KB values), planned and with
+    no value planned (every value over MIN_BYTES), fused or not: the same
+    bits, on the first call and the next ones (buffers reused)."""
+    rng = np.random.default_rng(5)
+    inputs = [
+        [
+            rng.standard_normal((128, 256)).astype(dtype),
+            (rng.standard_normal((256, 512)) * 0.05).astype(dtype),
+            (rng.standard_normal((512, 256)) * 0.05).astype(dtype),
+        ]
+        for _ in range(replicas)
+    ]
+    lowered = xtpu.lower(_block_step, inputs)
+    monkeypatch.setattr(buffers, "MIN_BYTES", 1 << 62)
+    unplanned = lowered.compile()
+    want = unplanned(inputs)
+    assert not any(len(p.slots) for p in _plans(unplanned))
+    monkeypatch.undo()
+    for pipeline in (None, UNFUSED):
+        c = lowered.compile(pipeline)
+        assert any(len(p.slots) for p in _plans(c)), "nothing was planned"
+        for _ in range(3):
+            got = c(inputs)
+            for w_r, g_r in zip(want, got):
+                for w, g in zip(w_r, g_r):
+                    np.testing.assert_array_equal(np.atleast_1d(g).view(np.uint8), np.atleast_1d(w).view(np.uint8))
+
+
+def _plans(compiled):
+    exe = compiled.executable
+    return [exe.device_plan] + [plan for groups in exe._grouped.values() for _, plan, _ in groups]
 
 
 def _out_kernel_cases():
