@@ -60,8 +60,12 @@ class StringConstantOp(PrimitiveOp):
         return {"shape": TensorSpec.of_type(self.result.type).shape}
 
     @classmethod
-    def make(cls, operands, value=None, **params):
+    def make(cls, operands, value=None, shape=None, **params):
+        # ``shape`` (from :meth:`params`, whose ``value`` is the flat list)
+        # keeps a scalar a scalar when a pass rebuilds the op
         arr = np.asarray(value, dtype=object)
+        if shape is not None:
+            arr = arr.reshape(tuple(shape))
         return cls.create_op([], [TensorSpec(arr.shape, "string").to_type()], {"value": arr})
 
     @classmethod
