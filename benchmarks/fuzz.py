@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import faulthandler
 import json
 import multiprocessing as mp
 import os
@@ -102,7 +103,13 @@ def worker(wid: int, seed: int, tasks, results, args) -> None:
         if i is None:
             return
         results.put(("start", wid, i, time.monotonic()))
-        results.put(("done", wid, i, run_one(seed, i, args)))
+        # a program about to be killed at the wall limit: every thread's stack on stderr first
+        faulthandler.dump_traceback_later(max(1.0, args.wall_limit - 10), exit=False)
+        try:
+            out = run_one(seed, i, args)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        results.put(("done", wid, i, out))
 
 
 def run_all(args) -> tuple[list[dict], float]:

@@ -49,9 +49,11 @@ import math
 import os
 import random
 import re
+import sys
 import tempfile
 import threading
 import time
+import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -1921,8 +1923,18 @@ def run_replicas(replicas: int, fn: Callable[[int], Any], timeout: float) -> lis
         t.join(max(0.0, deadline - time.monotonic()))
         if t.is_alive():
             ex.barrier.abort()
-            results[r] = ("hang", None)
+            results[r] = ("hang", _stuck_at(t))
     return results
+
+
+def _stuck_at(t: threading.Thread, depth: int = 8) -> str:
+    """Where thread ``t`` is now: its innermost ``depth`` frames, innermost
+    first (what a hang's report names)."""
+    frame = sys._current_frames().get(t.ident)
+    if frame is None:
+        return "(ended)"
+    stack = traceback.extract_stack(frame)[-depth:]
+    return " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(stack))
 
 
 def run_eager(program: Program, replicas: int, cores: int, timeout: float = 30.0, fd: bool = False) -> Outcome:
@@ -1940,9 +1952,11 @@ def run_eager(program: Program, replicas: int, cores: int, timeout: float = 30.0
     for r, x in enumerate(res):
         if x[0] == "error":
             return Outcome("error", error=x[1], replica=r)
-    for r, x in enumerate(res):
+    # a replica still running first (the others' meeting broke waiting for it)
+    for r, x in sorted(enumerate(res), key=lambda rx: rx[1][0] != "hang"):
         if x[0] in ("hang", "aborted"):
-            return Outcome("hang", error=TimeoutError(f"eager replica {r} did not finish"), replica=r)
+            where = f" (stuck at {x[1]})" if x[0] == "hang" else " (its meeting broke)"
+            return Outcome("hang", error=TimeoutError(f"eager replica {r} did not finish{where}"), replica=r)
     return Outcome("ok", values=[x[1] for x in res], fd_sites=[x[2] for x in res])
 
 
