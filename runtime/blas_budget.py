@@ -89,6 +89,22 @@ def _blas_controllers() -> list:
     return _blas
 
 
+def _set_threads(c: Any, n: int) -> None:
+    """Set BLAS library ``c`` to ``n`` threads from this thread.
+
+    threadpoolctl (3.6 and later) lets one thread set OpenBLAS's count (the
+    first to try) and silently ignores the others: the count a run set from
+    one thread would then stay when the last run out, another thread,
+    restores it.  xtpu's own :data:`_lock` orders its changes, so each one
+    takes the control and gives it back."""
+    clear = getattr(type(c), "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
+    c.set_num_threads(n)
+    if clear is not None:
+        clear()
+
+
 class _Limit:
     """BLAS held at ``n`` threads while any run is inside. Counted: runs of
     several executables from several threads overlap; the first sets the
@@ -113,7 +129,7 @@ class _Limit:
                 for c in _blas_controllers():
                     had = c.get_num_threads()
                     if had != n:
-                        c.set_num_threads(n)
+                        _set_threads(c, n)
                         _restore.append((c, had))
             _users += 1
 
@@ -126,7 +142,7 @@ class _Limit:
             if _users == 0:
                 while _restore:
                     c, had = _restore.pop()
-                    c.set_num_threads(had)
+                    _set_threads(c, had)
 
 
 _LIMITS: dict = {}

@@ -122,3 +122,48 @@ def test_the_count_a_user_set_between_runs_is_the_one_restored():
                 assert blas_budget._restore == [] or all(c.get_num_threads() == 1 for c, _ in blas_budget._restore)
             assert set(blas_threads()) == {1}
         assert set(blas_threads()) == {2}
+
+
+def test_a_limit_set_on_one_thread_is_restored_when_the_last_run_out_is_another():
+    # threadpoolctl (3.6 and later) lets one thread set OpenBLAS's count and
+    # silently ignores the others: replicate called from 8 threads left BLAS
+    # at one thread for good (issue 25, test_concurrent_replicate_calls_from_threads
+    # at XTPU_STRESS_SCALE=10). Run A enters on one thread, run B on another,
+    # A leaves, then B (the last out) restores the count A's thread found.
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    if not blas_threads():
+        pytest.skip("numpy has no BLAS that threadpoolctl controls")
+    xtpu.config.threading.set_intra_op_parallelism_threads(1)
+    lim = blas_budget.limit(2)  # 1 core // 2 workers: one thread
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+    before = blas_threads()
+
+    def run_a():
+        with lim:
+            seen["a"] = blas_threads()
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def run_b():
+        a_in.wait(10)
+        with lim:
+            b_in.set()
+            a_out.wait(10)
+            seen["b"] = blas_threads()
+
+    with threadpool_limits(limits=3, user_api="blas"):  # the main thread controls BLAS now
+        assert set(blas_threads()) == {3}
+        threads = [threading.Thread(target=f) for f in (run_a, run_b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        assert set(seen["a"]) == {1} and set(seen["b"]) == {1}  # held on both threads
+        assert set(blas_threads()) == {3}  # restored from B's thread
+        assert blas_budget._users == 0 and blas_budget._restore == []
+    assert blas_threads() == before  # and the main thread's own limit still restores
