@@ -890,7 +890,10 @@ class Generator:
         elif op == "nn.batch_normalization":
             args = [n, f"{n} * 0.5", f"{n} * {n} + 1.0", "None" if ch.bool(0.5) else n, "None", "1e-3"]
         elif op == "nn.bias_add":
-            args.append(f"{n}[{'0, ' * (r - 1)}:]")
+            if all(spec.shape[:-1]):
+                args.append(f"{n}[{'0, ' * (r - 1)}:]")
+            else:  # no row 0 to take the bias from (an int index into a zero-size dimension)
+                args.append(f"xtpu.ones([{spec.shape[-1]}], {_dt(spec.dtype)})")
         elif op == "nn.compute_average_loss":
             out = Spec((), spec.dtype)
         elif op == "nn.sigmoid_cross_entropy_with_logits":
