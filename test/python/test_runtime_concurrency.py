@@ -414,6 +414,43 @@ def test_abort_wakes_channel_and_collective_waiters_promptly():
     assert table.recv("k", 0)[0].tolist() == [1.0]
 
 
+def test_reset_waits_for_the_wakers_of_the_abort_it_clears():
+    """Issue 25: abort() sets the flag, then runs the wakers outside its
+    lock; a waiter that polls the flag could end the run and the next run
+    reset the signal while they ran, and a late waker then acted on the new
+    run (a host worker parked for good: a 60 s collective timeout, or a
+    collective's waiter of the new run woken with a spurious Aborted).
+    reset() waits until the wakers of the abort it clears have run."""
+    sig = AbortSignal()
+    gate, events = threading.Event(), []
+
+    def slow_waker():  # a waker the scheduler suspends
+        gate.wait(10)
+        events.append("waker")
+
+    sig.add_waker(slow_waker)
+    aborter = threading.Thread(target=sig.abort, args=(ValueError("boom"),))
+    aborter.start()
+    deadline = time.monotonic() + 5
+    while not sig.is_set and time.monotonic() < deadline:  # a poller sees the flag before the wakers ran
+        time.sleep(0.001)
+    assert sig.is_set
+
+    def next_run():
+        sig.reset()
+        events.append("reset")
+
+    resetter = threading.Thread(target=next_run)
+    resetter.start()
+    resetter.join(0.3)
+    assert resetter.is_alive() and events == []  # the reset waits for the waker
+    gate.set()
+    aborter.join(5)
+    resetter.join(5)
+    assert events == ["waker", "reset"]
+    assert not sig.is_set and sig.exception is None
+
+
 # -- channels ---------------------------------------------------------------------------------
 
 
