@@ -1826,11 +1826,22 @@ class Exchange:
         self.barrier = threading.Barrier(replicas, timeout=timeout)
         self.slots: dict[int, list] = {}
         self.lock = threading.Lock()
+        self.threads: list[threading.Thread | None] = [None] * replicas
+        self.late: str | None = None  # where the replicas missing at a meeting that timed out were
 
     def all_sum(self, r: int, k: int, value: np.ndarray, groups) -> np.ndarray:
         with self.lock:
             self.slots.setdefault(k, [None] * self.replicas)[r] = np.array(value)
-        self.barrier.wait()
+        try:
+            self.barrier.wait()
+        except threading.BrokenBarrierError:
+            with self.lock:
+                if self.late is None:  # the first to see it: where the missing replicas are now
+                    missing = [q for q, v in enumerate(self.slots[k]) if v is None]
+                    self.late = f"meeting {k}: replicas {missing} missing, " + "; ".join(
+                        f"replica {q} at {_stuck_at(self.threads[q])}" for q in missing if self.threads[q] is not None
+                    )
+            raise
         vals = self.slots[k]
         group = next(g for g in (groups or [list(range(self.replicas))]) if r in g)
         order = sorted(group)
@@ -1908,6 +1919,7 @@ def run_replicas(replicas: int, fn: Callable[[int], Any], timeout: float) -> lis
 
     def worker(r):
         _local.r, _local.exchange, _local.k, _local.fd_sites = r, ex, 0, {}
+        ex.threads[r] = threading.current_thread()
         try:
             with np.errstate(all="ignore"):
                 v = fn(r)
@@ -1927,6 +1939,9 @@ def run_replicas(replicas: int, fn: Callable[[int], Any], timeout: float) -> lis
         if t.is_alive():
             ex.barrier.abort()
             results[r] = ("hang", _stuck_at(t))
+    for r, x in enumerate(results):
+        if x is not None and x[0] == "aborted" and ex.late:
+            results[r] = ("aborted", ex.late)
     return results
 
 
@@ -1958,7 +1973,7 @@ def run_eager(program: Program, replicas: int, cores: int, timeout: float = 30.0
     # a replica still running first (the others' meeting broke waiting for it)
     for r, x in sorted(enumerate(res), key=lambda rx: rx[1][0] != "hang"):
         if x[0] in ("hang", "aborted"):
-            where = f" (stuck at {x[1]})" if x[0] == "hang" else " (its meeting broke)"
+            where = f" (stuck at {x[1]})" if x[0] == "hang" else f" (its meeting broke: {x[1]})"
             return Outcome("hang", error=TimeoutError(f"eager replica {r} did not finish{where}"), replica=r)
     return Outcome("ok", values=[x[1] for x in res], fd_sites=[x[2] for x in res])
 
