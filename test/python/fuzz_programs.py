@@ -852,7 +852,13 @@ class Generator:
     def op_more(self, scope):
         ch = self.ch
         op, dtypes, min_rank, smooth = ch.pick(self.MORE_OPS)
-        x = self.pick_var(scope, lambda v: v.spec.dtype in dtypes and v.spec.rank >= min_rank)
+        # an empty batch is compute_average_loss's error (TF: at run time), which a branch not
+        # taken raises traced only (xtpu checks the static shape)
+        nonempty = op == "nn.compute_average_loss"
+        x = self.pick_var(
+            scope,
+            lambda v: v.spec.dtype in dtypes and v.spec.rank >= min_rank and not (nonempty and not v.spec.shape[0]),
+        )
         if x is None:
             return None
         n, spec, r = x.name, x.spec, x.spec.rank
