@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import threading
 
 import numpy as np
@@ -43,6 +42,7 @@ from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.runtime.channels import ChannelClosed, ChannelTable
 from xtpu.runtime.errors import Aborted, XtpuRuntimeError
+from xtpu.runtime.gc_pause import thread_frame
 from xtpu.runtime.plan import CONSTANT_OPS, Plan, call_plan, running_op
 from xtpu.runtime.workers import AbortSignal
 
@@ -238,7 +238,7 @@ class HostWorker:
         t = self.thread
         if not self.busy or t is None or t.ident is None:
             return None
-        frame = sys._current_frames().get(t.ident)
+        frame = thread_frame(t.ident)
         try:
             return running_op(frame)
         finally:

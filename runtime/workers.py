@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 from collections import deque
@@ -36,6 +35,7 @@ from types import FrameType
 from typing import Any
 
 from .errors import Aborted, RuntimeTimeoutError, XtpuRuntimeError
+from .gc_pause import thread_frame
 
 _log = logging.getLogger("xtpu.runtime")
 
@@ -569,7 +569,7 @@ def _overall_timeout(call: _Call, timeout: float, describe) -> RuntimeTimeoutErr
         started = [i for i in unfinished if call.threads[i] is not None]
         index = (started or unfinished)[0]
         ident = call.threads[index]
-        frame = sys._current_frames().get(ident) if ident is not None else None
+        frame = thread_frame(ident)
         try:
             ctx = dict(describe(index, frame) or {})
         except Exception:  # noqa: BLE001 - a description must not hide the timeout

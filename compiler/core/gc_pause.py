@@ -1,52 +1,7 @@
-"""Python's cyclic garbage collector paused while a program is traced or
-compiled.
+"""The cyclic collector's pause (:mod:`xtpu.runtime.gc_pause`, where the
+runtime's reads of other threads' frames pause it too): one counter for the
+whole process."""
 
-Tracing and compiling allocate IR objects (ops, values, uses, attributes)
-by the hundred thousand and keep nearly all of them; every full collection
-walks all of them again, so with the collector on, a compile's cost grows
-faster than the program (a third of the time of a 10,000-op chain, and
-more for 2,000 outside-compilation clusters, went to full collections
-that freed nothing).  While paused, garbage with cycles waits for the next
-collection after the compile; nothing is lost.
+from xtpu.runtime.gc_pause import paused_gc, thread_frame
 
-The pause is counted across threads: the collector is switched back on
-when the last compile that paused it ends, and only if it was on before
-(a program that disabled it keeps it disabled).
-"""
-
-from __future__ import annotations
-
-import contextlib
-import gc
-import threading
-from collections.abc import Iterator
-
-_lock = threading.Lock()
-_depth = 0
-_was_enabled = False
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector (``gc.disable``) for the block."""
-    global _depth, _was_enabled
-    with _lock:
-        if _depth == 0:
-            _was_enabled = gc.isenabled()
-            gc.disable()
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and _was_enabled:
-                # What the pause allocated is in the youngest generation,
-                # which overflowed its threshold long ago: the first
-                # allocation after gc.enable() would collect at once, and
-                # a full collection if one was due.  Collect the youngest
-                # generation here instead (its survivors move on, as they
-                # would), and leave a full collection to the program's own
-                # allocations after the compile.
-                gc.collect(0)
-                gc.enable()
+__all__ = ["paused_gc", "thread_frame"]

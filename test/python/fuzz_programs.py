@@ -49,7 +49,6 @@ import math
 import os
 import random
 import re
-import sys
 import tempfile
 import threading
 import time
@@ -65,6 +64,7 @@ import xtpu
 from xtpu.dialects.hlo_window import num_windows
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.ops.conv_ops import _padding
+from xtpu.runtime.gc_pause import thread_frame
 
 FLOAT = ("float32", "float64")
 INT = ("int32", "int64")
@@ -1954,7 +1954,7 @@ def run_replicas(replicas: int, fn: Callable[[int], Any], timeout: float) -> lis
 def _stuck_at(t: threading.Thread, depth: int = 8) -> str:
     """Where thread ``t`` is now: its innermost ``depth`` frames, innermost
     first (what a hang's report names)."""
-    frame = sys._current_frames().get(t.ident)
+    frame = thread_frame(t.ident)  # the collector paused: sys._current_frames can deadlock 3.11 (gh-106883)
     if frame is None:
         return "(ended)"
     stack = traceback.extract_stack(frame)[-depth:]

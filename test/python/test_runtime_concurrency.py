@@ -451,6 +451,54 @@ def test_reset_waits_for_the_wakers_of_the_abort_it_clears():
     assert not sig.is_set and sig.exception is None
 
 
+def test_reading_another_threads_frame_pauses_the_collector(monkeypatch):
+    """Issue 25: in CPython 3.11 before 3.11.9 a collection inside
+    sys._current_frames() can deadlock the process against a thread that
+    ends (gh-106883); a fuzz worker froze so twice in 1,000 programs. The
+    runtime reads frames (where a timed-out worker is stuck) with the
+    collector paused, and switches it back on after."""
+    import gc
+    import sys
+
+    from xtpu.runtime import gc_pause, host
+    from xtpu.runtime import workers as workers_module
+
+    enabled_during = []
+    real = sys._current_frames
+
+    def spy():
+        enabled_during.append(gc.isenabled())
+        return real()
+
+    monkeypatch.setattr(sys, "_current_frames", spy)
+    started, release = threading.Event(), threading.Event()
+
+    def parked():
+        started.set()
+        release.wait(10)
+
+    t = threading.Thread(target=parked)
+    t.start()
+    started.wait(5)
+    try:
+        assert gc.isenabled()
+        frame = gc_pause.thread_frame(t.ident)
+        assert frame is not None and frame.f_code.co_name in ("wait", "parked")
+        assert gc_pause.thread_frame(None) is None
+        # the runtime's readers go through it: a worker's current op, a run's overall timeout
+        assert workers_module.thread_frame is gc_pause.thread_frame and host.thread_frame is gc_pause.thread_frame
+        assert enabled_during == [False] and gc.isenabled()
+        gc.disable()  # a program that disabled the collector keeps it disabled
+        try:
+            gc_pause.thread_frame(t.ident)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        release.set()
+        t.join(5)
+
+
 # -- channels ---------------------------------------------------------------------------------
 
 
