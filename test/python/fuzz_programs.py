@@ -42,7 +42,9 @@ as a Python script.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import gc
 import io
 import linecache
 import math
@@ -1822,32 +1824,102 @@ def program_from_choices(choices, avoid=frozenset()) -> Program:
 _local = threading.local()
 
 
+class _Collections:
+    """The cyclic collector's runs in this process (``gc.callbacks``): the
+    eager replicas stop while it runs (it holds the GIL), and a full
+    collection of a large heap on a loaded machine took longer than a
+    meeting's timeout (issue 25). What a broken meeting's report names."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.log: collections.deque = collections.deque(maxlen=64)  # (end, seconds, generation)
+        gc.callbacks.append(self)
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self.started = time.monotonic()
+        elif self.started is not None:
+            now = time.monotonic()
+            self.log.append((now, now - self.started, info.get("generation")))
+            self.started = None
+
+    def since(self, t0: float) -> str:
+        runs = [(sec, gen) for end, sec, gen in list(self.log) if end >= t0]
+        if not runs:
+            return "no collection"
+        longest = max(runs)
+        return f"{len(runs)} collections, {sum(r[0] for r in runs):.1f} s, the longest {longest[0]:.1f} s (generation {longest[1]})"
+
+
+_COLLECTIONS = _Collections()
+
+
+def _progress() -> float:
+    """CPU seconds this process used so far (all threads, the collector too)."""
+    return time.process_time()
+
+
 class Exchange:
     """The eager reference's cross-replica sums: each replica thread puts its
-    value for its k-th sum, waits for the others at a barrier, and adds its
-    group's values in ascending replica order."""
+    value for its k-th sum, waits for the others, and adds its group's
+    values in ascending replica order.
+
+    A meeting breaks (every waiter raises ``BrokenBarrierError``) when a
+    replica raised (:meth:`abort`) or when the process made no progress for
+    ``timeout`` seconds: no CPU time used by any thread while the waiters
+    wait, which is what a deadlock looks like. Wall time alone is not the
+    measure: a replica that computes, or the collector that stops every
+    thread while it walks a large heap, uses CPU; on a loaded machine (load
+    average 20 on 2 cores) such a pause outlasted a 20 s wall timeout and was
+    counted as a hang (issue 25). A replica that computes for ever is caught
+    by the caller's wall limit."""
 
     def __init__(self, replicas: int, timeout: float):
         self.replicas = replicas
-        self.barrier = threading.Barrier(replicas, timeout=timeout)
+        self.timeout = timeout
+        self.cond = threading.Condition()
         self.slots: dict[int, list] = {}
-        self.lock = threading.Lock()
+        self.arrived: dict[int, int] = {}
+        self.broken = False
         self.threads: list[threading.Thread | None] = [None] * replicas
-        self.late: str | None = None  # where the replicas missing at a meeting that timed out were
+        self.late: str | None = None  # the meeting that timed out: who was missing, and where
+
+    def abort(self) -> None:
+        with self.cond:
+            self.broken = True
+            self.cond.notify_all()
 
     def all_sum(self, r: int, k: int, value: np.ndarray, groups) -> np.ndarray:
-        with self.lock:
+        with self.cond:
+            if self.broken:
+                raise threading.BrokenBarrierError
             self.slots.setdefault(k, [None] * self.replicas)[r] = np.array(value)
-        try:
-            self.barrier.wait()
-        except threading.BrokenBarrierError:
-            with self.lock:
-                if self.late is None:  # the first to see it: where the missing replicas are now
+            self.arrived[k] = self.arrived.get(k, 0) + 1
+            if self.arrived[k] == self.replicas:
+                self.cond.notify_all()
+            start = last = time.monotonic()
+            cpu = _progress()
+            while self.arrived[k] < self.replicas and not self.broken:
+                self.cond.wait(min(1.0, self.timeout))
+                now, used = time.monotonic(), _progress()
+                if used - cpu >= 0.01 * (now - last):  # someone ran: not a deadlock
+                    last, cpu = now, used
+                elif now - last > self.timeout:
                     missing = [q for q, v in enumerate(self.slots[k]) if v is None]
-                    self.late = f"meeting {k}: replicas {missing} missing, " + "; ".join(
-                        f"replica {q} at {_stuck_at(self.threads[q])}" for q in missing if self.threads[q] is not None
+                    self.late = (
+                        f"meeting {k}: replicas {missing} missing for {now - start:.0f} s, "
+                        f"{now - last:.0f} s without CPU time; "
+                        + "; ".join(
+                            f"replica {q} at {_stuck_at(self.threads[q])}"
+                            for q in missing
+                            if self.threads[q] is not None
+                        )
+                        + f"; the collector meanwhile: {_COLLECTIONS.since(start)}"
                     )
-            raise
+                    self.broken = True
+                    self.cond.notify_all()
+            if self.arrived[k] < self.replicas:
+                raise threading.BrokenBarrierError
         vals = self.slots[k]
         group = next(g for g in (groups or [list(range(self.replicas))]) if r in g)
         order = sorted(group)
@@ -1934,16 +2006,25 @@ def run_replicas(replicas: int, fn: Callable[[int], Any], timeout: float) -> lis
             results[r] = ("aborted", e)
         except BaseException as e:  # noqa: BLE001 - the fuzzer classifies it
             results[r] = ("error", e)
-            ex.barrier.abort()
+            ex.abort()
 
     threads = [threading.Thread(target=worker, args=(r,), daemon=True, name=f"fuzz-eager-{r}") for r in range(replicas)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + timeout + 5
+    # As the meetings: a replica hangs when the process used no CPU time for
+    # timeout + 5 s while it ran (a deadlock), or after 10 x timeout in all.
+    start = last = time.monotonic()
+    cpu = _progress()
+    while any(t.is_alive() for t in threads):
+        next(t for t in threads if t.is_alive()).join(1.0)
+        now, used = time.monotonic(), _progress()
+        if used - cpu >= 0.01 * (now - last):
+            last, cpu = now, used
+        if now - last > timeout + 5 or now - start > 10 * timeout:
+            break
     for r, t in enumerate(threads):
-        t.join(max(0.0, deadline - time.monotonic()))
         if t.is_alive():
-            ex.barrier.abort()
+            ex.abort()
             results[r] = ("hang", _stuck_at(t))
     for r, x in enumerate(results):
         if x is not None and x[0] == "aborted" and ex.late:
