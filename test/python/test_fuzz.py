@@ -483,18 +483,6 @@ def test_getitem_with_an_int_index_and_a_new_axis():
     assert fp.compare_values(eager, compiled) is None
 
 
-def test_an_int_index_out_of_range_is_the_same_error_eagerly_and_traced():
-    """Found by the fuzzer (seed 25, programs 1193, 1504, 2274): ``x[0]`` of
-    a tensor with no rows raised numpy's IndexError eagerly ('... for axis
-    0 ...') and another message traced ('... for dimension 0 ...')."""
-    x = np.zeros((0, 2), np.float32)
-    with pytest.raises(IndexError) as eager:
-        xtpu.constant(x)[0, :]
-    with pytest.raises(IndexError) as traced:
-        xtpu.replicate(lambda v: v[0, :], [[x]])
-    assert str(eager.value) == str(traced.value) == "index 0 is out of bounds for axis 0 with size 0"
-
-
 def test_xtpu_run_lowers_a_host_op_in_a_branch():
     """Found by the fuzzer (xtpu_run_region_host_op): xtpu-run's needs_lowering
     looked for host-only ops only directly in the replicate body, so a print
