@@ -42,6 +42,7 @@ from xtpu.core.pipeline import (
     verify_module,
 )
 from xtpu.dialects import tpu
+from xtpu.dialects.hlo_host import StringConstantOp
 from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy, from_saved
 from xtpu.replication import distributed
 from xtpu.replication.program import default_pipeline
@@ -117,14 +118,21 @@ def needs_lowering(module) -> bool:
     (outside-compilation regions, cross-replica sums, sharding constraints,
     host-only ops anywhere in it, branches and loops included), or a
     replica split over logical cores that is not partitioned yet.  Host
-    replicates (head and tail clusters) run host-only ops as they are."""
+    replicates (head and tail clusters) run host-only ops as they are, and a
+    device program its string constants (tpu-fold-host-constants leaves a
+    folded ``tf.strings.format`` of constants there)."""
     for op in module.walk():
         if isinstance(op, (tpu.OutsideCompilationOp, tpu.CrossReplicaSumOp, tpu.ShardingConstraintOp)):
             return True
         if isinstance(op, tpu.ReplicateOp) and not op.on_host:
             if op.num_cores > 1 and "tpu.input_shardings" not in op.attributes:
                 return True
-            if any(getattr(type(o), "HOST_ONLY", False) and tpu.host_context(o) is None for o in op.body.walk()):
+            if any(
+                getattr(type(o), "HOST_ONLY", False)
+                and not isinstance(o, StringConstantOp)
+                and tpu.host_context(o) is None
+                for o in op.body.walk()
+            ):
                 return True
     return False
 

@@ -519,6 +519,27 @@ def test_xtpu_run_on_a_lowered_module_with_logical_devices_and_a_host_cluster():
     np.testing.assert_array_equal(got[0][1], [[0.5], [0.5]])
 
 
+def test_xtpu_run_on_a_compiled_module_with_a_folded_string_constant():
+    """Found by the fuzzer (seed 25, program 4828): tpu-fold-host-constants
+    leaves a folded ``strings.format`` of constants as an
+    ``hlo.string_constant`` in the device program, which xtpu-run took for
+    host code still to outline and lowered the compiled module again: with
+    2 cores per replica the fused program was refused ('fusion.region' op is
+    formed by hlo-fuse-elementwise, the last pass)."""
+    da = xtpu.DeviceAssignment.build(xtpu.initialize_tpu_system(), computation_shape=[1, 1, 1, 2], num_replicas=1)
+
+    def f(v):
+        s = xtpu.strings.format("{}", [xtpu.constant([1])])
+        return s, xtpu.math.tanh(v * 2.0 + 1.0) - v
+
+    inputs = [[np.full((4, 2), 0.5, np.float32)]]
+    compiled = xtpu.lower(f, inputs, device_assignment=da).compile()
+    assert "hlo.string_constant" in compiled.as_text() and "fusion.region" in compiled.as_text()
+    got = fp.xtpu_run(compiled.as_text(), inputs, timeout=20.0)
+    assert got[0][0] == "[1]"
+    np.testing.assert_allclose(got[0][1], np.tanh(2.0) - 0.5, rtol=1e-6)
+
+
 def test_a_string_used_in_a_branch():
     def f(v):
         s = xtpu.strings.format("{}", v)
