@@ -267,7 +267,11 @@ class PrimitiveOp(IRDLOperation):
         op has none for these params.  The runtime's buffer planner
         (runtime/buffers.py) writes into buffers it keeps from call to call
         through it; ``out`` never overlaps an operand unless
-        :attr:`OUT_IN_PLACE`, and then only element for element."""
+        :attr:`OUT_IN_PLACE`, and then only element for element.  An op
+        that has one must also have a :meth:`kernel` that returns a new
+        array, never a view of an operand: the planner runs that kernel for
+        values it gives no buffer and counts on it (test_buffers.py checks
+        every op with an ``out_kernel``)."""
         return None
 
     # ---- the gradient rule (VJP) ----------------------------------------
