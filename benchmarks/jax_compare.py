@@ -289,6 +289,12 @@ def fmt(key: str, v: float | None) -> str:
     return f"{v * 1e3:.3f} ms" if v >= 1e-3 else f"{v * 1e6:.1f} us"
 
 
+def _ratio(r: float) -> str:
+    """xtpu/JAX with two decimals, or in e-notation below 0.01 (the host
+    round trip's ratio is about 0.01: under load it would print 0.00)."""
+    return f"{r:.2f}" if r >= 0.01 else f"{r:.1e}"
+
+
 def table(rounds: int = 3, repeats: int = 7, quick: bool = False) -> list[str]:
     """Run both sides (JAX's only when JAX is installed) alternating for
     ``rounds`` rounds and return the table's lines: per workload the median
@@ -321,7 +327,7 @@ def table(rounds: int = 3, repeats: int = 7, quick: bool = False) -> list[str]:
     lines.append(blas_kernels())
     lines.append(f"  {'workload':<24} {'xtpu':>11} {'JAX':>11} {'xtpu/JAX':>9} {'numpy':>11}")
     for key in [k for k in x if not k.startswith("numpy ") and k != "quiet"]:
-        ratio = f"{x[key] / j[key]:.2f}" if key in j else "-"
+        ratio = _ratio(x[key] / j[key]) if key in j else "-"
         lines.append(
             f"  {key:<24} {fmt(key, x[key]):>11} {fmt(key, j.get(key)):>11} {ratio:>9} "
             f"{fmt(key, x.get('numpy ' + key)):>11}"

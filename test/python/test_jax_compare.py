@@ -29,7 +29,10 @@ def test_quick_side_by_side_prints_a_ratio_for_every_workload():
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = {m[0]: m[1] for m in re.findall(r"^  (\S.*?\S)\s{2,}\S+ \S+\s+\S+ \S+\s+(\d+\.\d\d)", proc.stdout, re.M)}
+    rows = {
+        m[0]: m[1]
+        for m in re.findall(r"^  (\S.*?\S)\s{2,}\S+ \S+\s+\S+ \S+\s+(\d+\.\d+(?:e[-+]\d+)?)\s", proc.stdout, re.M)
+    }
     expected = [f"mlp 64x256 R={r}" for r in (1, 2, 8)] + [f"crs 1e6 R={r}" for r in (1, 2, 8)]
     expected += ["host round trip", "compile", "rss"]
     assert sorted(rows) == sorted(expected), proc.stdout
