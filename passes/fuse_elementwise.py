@@ -177,8 +177,24 @@ def _fuse_block(block: Block) -> None:
         g.reduces |= isinstance(o, hlo.ReduceOp)
         group_of[o] = g
     for g in groups:
+        _drop_trailing_broadcasts(g)
         if len(g.members) > 1:
             _outline(block, sorted(g.members, key=index.__getitem__), "input" if g.reduces else "loop")
+
+
+def _drop_trailing_broadcasts(g: _Group) -> None:
+    """A ``broadcast_in_dim`` read only outside its group stays out of the
+    region: a region's results are materialised, a broadcast outside it is a
+    view (a gather's in-range mask stays a row-broadcast ``select`` reads
+    cheaply)."""
+    changed = True
+    while changed:
+        changed = False
+        inside = set(g.members)
+        for m in list(g.members):
+            if isinstance(m, hlo.BroadcastInDimOp) and all(u.operation not in inside for u in m.results[0].uses):
+                g.members.remove(m)
+                changed = True
 
 
 def _outline(block: Block, members: list[Operation], kind: str) -> None:
