@@ -87,10 +87,13 @@ def faults_per_step(kind: str, replicas: int, state: str) -> float:
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_a_steady_state_step_takes_under_100_page_faults_kept_or_dropped(replicas):
     """numpy's loop of the same step frees its arrays and malloc gives the
-    heap back: >1000 faults a step when the caller drops its outputs; the
-    compiled step writes into its planned buffers (and recycles the
-    outputs the caller dropped): < 100 in both states, with no mallopt."""
-    assert faults_per_step("numpy", replicas, "drop") > 1000
+    heap back: about 1000-2000 faults a step when the caller drops its
+    outputs (1467 here, 992 on CI's machine for one replica; the bound is
+    5x the compiled step's, so the reference shows the faults without
+    depending on the machine's malloc); the compiled step writes into its
+    planned buffers (and recycles the outputs the caller dropped): < 100 in
+    both states, with no mallopt."""
+    assert faults_per_step("numpy", replicas, "drop") > 500
     for state in ("keep", "drop"):
         assert faults_per_step("xtpu", replicas, state) < 100, state
 
