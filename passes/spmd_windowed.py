@@ -246,6 +246,17 @@ def _conv_emit(P, op: ConvolutionOp, plan, scatter, want) -> None:
     P.define(op.result, out, plan["need"])
 
 
+def _crosses(p, d: int) -> bool:
+    """Whether a window reaches across positions along dimension ``d``
+    (anything but size 1, stride 1, no dilation, no padding)."""
+    return (p["window_dimensions"][d], p["window_strides"][d], p["window_dilations"][d], tuple(p["padding"][d])) != (
+        1,
+        1,
+        1,
+        (0, 0),
+    )
+
+
 def reduce_window(P, op: ReduceWindowOp, shardings) -> None:
     (want,) = shardings
     in_shape, out_shape = P.shape_of(op.operand), P.shape_of(op.result)
@@ -261,17 +272,18 @@ def reduce_window(P, op: ReduceWindowOp, shardings) -> None:
                 windowed.append(d)
     need = P.untiled(want, rank, [d for d in range(rank) if d not in windowed])
     res = P.view(need, rank)
-    src = P.source(op.operand, need, windowed)
+    # A dimension the window does not cross (size 1, stride 1, no dilation or
+    # padding) is elementwise: the operand's tile is the result's, read as is.
+    crossed = [d for d in windowed if _crosses(p, d)]
+    src = P.source(op.operand, need, crossed)
     x = P.get(op.operand, src)
     init = P.get(op.init_value, P.WHOLE)
     padding = [list(v) for v in p["padding"]]
-    for d in windowed:
+    for d in crossed:
         w, s, wd, lo = p["window_dimensions"][d], p["window_strides"][d], p["window_dilations"][d], p["padding"][d][0]
         tile = out_shape[d] // res.counts[d]
         at_c = [res.index[c][d] * tile * s - lo for c in range(C)]
         size = (tile - 1) * s + dilate(w, wd)
-        if (w, s, wd, tuple(p["padding"][d])) == (1, 1, 1, (0, 0)):
-            continue  # elementwise along d: the tile itself
         x = P.window(x, in_shape, src, d, at_c, size)
         if min(at_c) < 0 or max(a + size for a in at_c) > in_shape[d]:  # init outside the operand
             x = _mask(P, x, P.in_range(P.shape_of(x), d, at_c, 0, in_shape[d]), init)

@@ -19,7 +19,7 @@ import numpy as np
 from xtpu.core.tracing import Tensor, bind, convert, read_if_variable, to_numpy
 from xtpu.dialects import hlo
 from xtpu.dialects.hlo_math import ReverseOp
-from xtpu.ops.array_ops import concat, reshape
+from xtpu.ops.array_ops import concat, fresh, reshape
 from xtpu.ops.core import broadcast_shapes, dtype_name, dtype_of, normalize_axes, scalar, shape_of
 from xtpu.ops.core import broadcast_to as _broadcast_to
 from xtpu.ops.gather_ops import gather
@@ -287,9 +287,10 @@ def broadcast_to(input: Any, shape: Any, name: str | None = None) -> Any:  # noq
 
 
 def identity(input: Any, name: str | None = None) -> Any:  # noqa: A002 - TF's name
-    """``input`` itself, as a tensor (tf.identity); the gradient passes
-    through unchanged."""
-    return _value(input)
+    """A new tensor with ``input``'s value (tf.identity); the gradient
+    passes through unchanged.  Like TF's, it is a new tensor: a tape that
+    did not watch ``input`` gives no gradient for it from ``identity(input)``."""
+    return fresh(_value(input))
 
 
 def rank(input: Any, name: str | None = None) -> Any:  # noqa: A002 - TF's name

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -70,10 +71,21 @@ def reshape(tensor: Any, shape: Any, name: str | None = None) -> Any:
         if known == 0 or size % known:
             raise ValueError(f"reshape: cannot reshape {list(src)} ({size} elements) to {shape}")
         shape[shape.index(-1)] = size // known
-    if tuple(shape) == src:
-        return x
+    return _reshape(x, shape)
+
+
+def _reshape(x: Any, shape: Sequence[int]) -> Any:
     (out,) = bind(hlo.ReshapeOp, [x], shape=tuple(shape))
     return out
+
+
+def fresh(x: Any) -> Any:
+    """A new tensor with ``x``'s value, made by an op (TF's ``Identity``):
+    the gradient passes through it, and a tape that did not watch ``x``
+    does not take it for ``x`` (``tape.gradient(tf.identity(x), x)`` is
+    None in TF when ``x`` was not watched).  A same-shape ``hlo.reshape``,
+    which ``hlo-canonicalize`` removes from compiled programs."""
+    return _reshape(x, shape_of(x))
 
 
 def transpose(a: Any, perm: Any = None, name: str | None = None) -> Any:

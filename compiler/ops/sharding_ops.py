@@ -8,9 +8,11 @@ with the same value, annotated with how the ops on it are laid out over the
 logical devices (cores) of one replica.  They trace to
 ``tpu.sharding_constraint``; ``tpu-propagate-sharding`` and
 ``tpu-spmd-partition`` turn the annotations into a per-core program.
-Eagerly there is no device assignment: they check what does not depend on
-one (rank, divisibility) and return the tensor, so the same function runs
-eagerly and compiled.
+Eagerly (and with one logical device) there is no layout to annotate: they
+check what does not depend on a device assignment (rank, divisibility) and
+return a new tensor with the same value, as TF's ``XlaSharding`` op does (a
+tape that did not watch the input does not take the output for it), so the
+same function gives the same values and gradients eagerly and compiled.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 from xtpu.core.tracing import bind, convert, current_trace
 from xtpu.dialects.sharding import ShardingAttr
 from xtpu.dialects.tpu import ShardingConstraintOp
+from xtpu.ops.array_ops import fresh
 from xtpu.ops.core import shape_of
 
 
@@ -33,8 +36,8 @@ def num_logical_devices() -> int:
 
 
 def _annotate(x: Any, sharding: ShardingAttr) -> Any:
-    if current_trace() is None:
-        return x
+    if current_trace() is None or num_logical_devices() == 1:
+        return fresh(x)  # a new tensor all the same, as TF's XlaSharding op makes
     (out,) = bind(ShardingConstraintOp, [x], sharding=sharding)
     return out
 
@@ -77,18 +80,13 @@ def split_to_logical_devices(tensor: Any, partition_dimensions: Sequence[int]) -
                 f"Dimension {i} of `tensor` (shape {list(shape)}) has size {size}, which is not divisible "
                 f"by partition_dimensions[{i}]={d}."
             )
-    if tr is None or n == 1:
-        return x
     return _annotate(x, ShardingAttr.from_partition_dimensions(dims))
 
 
 def replicate_to_logical_devices(tensor: Any) -> Any:
     """Keep a full copy of ``tensor`` on every logical device of the replica
     (TPUStrategy.experimental_replicate_to_logical_devices)."""
-    x = convert(tensor)
-    if num_logical_devices() == 1:
-        return x
-    return _annotate(x, ShardingAttr.replicated())
+    return _annotate(convert(tensor), ShardingAttr.replicated())
 
 
 def assign_to_logical_device(tensor: Any, logical_device_id: int) -> Any:
@@ -105,6 +103,4 @@ def assign_to_logical_device(tensor: Any, logical_device_id: int) -> Any:
             f"`logical_core_id` to assign must be lower then total number of logical devices per replica. "
             f"Received logical device id {logical_device_id} but there are only total of {n} logical devices in replica."
         )
-    if n == 1:
-        return x
     return _annotate(x, ShardingAttr.maximal(int(logical_device_id)))

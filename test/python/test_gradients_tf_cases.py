@@ -99,27 +99,60 @@ def finite_difference(f, x, eps=1e-6):
 
 
 def test_no_op_behavior_consistent():
-    # testNoOpBehaviorConsistent (no tf.identity in xtpu: x1 is left out).
-    # The no-ops are computed before the tape, eagerly: they are EagerTensors
-    # that can be watched, as TF's.
+    # testNoOpBehaviorConsistent.  The no-ops are computed before the tape,
+    # eagerly: they are EagerTensors that can be watched, as TF's; identity's
+    # result is a new tensor, not x (else x's gradient would be 5).
     def case():
         x = C(10.0)
+        x1 = xtpu.identity(x)
         x2 = xtpu.math.add(x, 0)
         x3 = xtpu.math.subtract(x, 0)
         x4 = xtpu.math.multiply(x, 1)
         with xtpu.GradientTape() as t:
-            t.watch(x)
-            t.watch(x2)
-            t.watch(x3)
-            t.watch(x4)
+            for v in (x, x1, x2, x3, x4):
+                t.watch(v)
             y1 = x * 2.0
+            y2 = x1 * 3.0
             y3 = x2 * 3.0
             y4 = x3 * 3.0
             y5 = x4 * 3.0
-            loss = y1 + y3 + y4 + y5
-        return t.gradient(loss, [x, x2, x3, x4])
+            loss = y1 + y2 + y3 + y4 + y5
+        return t.gradient(loss, [x, x1, x2, x3, x4])
 
-    check(case, [2.0, 3.0, 3.0, 3.0])
+    check(case, [2.0, 3.0, 3.0, 3.0, 3.0])
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        xtpu.identity,
+        lambda v: xtpu.split_to_logical_devices(v, [1]),
+        xtpu.replicate_to_logical_devices,
+        lambda v: xtpu.assign_to_logical_device(v, 0),
+    ],
+    ids=["identity", "split", "replicate", "assign"],
+)
+def test_identity_and_sharding_annotations_make_a_new_tensor(op):
+    """TF's Identity and XlaSharding ops make new tensors: a tape that did
+    not watch ``v`` has no gradient for it from ``op(v)`` (TF 2.21:
+    ``tape.gradient(tf.identity(v), [v], unconnected_gradients=ZERO)`` is
+    ``[0, 0]`` eagerly and in tf.function; ``[1, 1]`` when ``v`` was
+    watched), eagerly and traced alike (the fuzzer's program 3115 gave
+    ones eagerly and zeros compiled)."""
+
+    def case(watch):
+        def run():
+            v = C([1.0, 2.0]) * 2.0
+            with xtpu.GradientTape() as t:
+                if watch:
+                    t.watch(v)
+                y = op(v)
+            return t.gradient(y, [v], unconnected_gradients=xtpu.UnconnectedGradients.ZERO)
+
+        return run
+
+    check(case(False), [[0.0, 0.0]])
+    check(case(True), [[1.0, 1.0]])
 
 
 def test_where_gradient():

@@ -193,3 +193,25 @@ func.func @kernel_gradient_sums_partials(%a: tensor<2x8x8x3xf32>, %c: tensor<2x8
   }
   func.return %r : tensor<3x3x3x4xf32>
 }
+
+// -----
+
+// A pool of a whole (replicated) operand whose result is split on the
+// channels, a dimension no window crosses (size 1, stride 1): each core
+// cuts its channel tile of the operand locally and pools it; nothing moves
+// and the result is the local tile (the fuzzer's avg_pool3d whose result
+// split_to_logical_devices split on its channels).
+// CHECK-LABEL: func @pool_split_on_uncrossed_dim_is_local
+// CHECK:         %[[T:.*]] = hlo.dynamic_slice %x[{{.*}}] sizes = [1, 4, 4, 2] : (tensor<1x4x4x4xf32>, {{.*}}) -> tensor<1x4x4x2xf32>
+// CHECK:         %p = hlo.reduce_window(%[[T]] init : %zero) applies add {{.*}} : (tensor<1x4x4x2xf32>, tensor<f32>) -> tensor<1x2x2x2xf32>
+// CHECK-NEXT:    tpu.yield %p : tensor<1x2x2x2xf32>
+// CHECK-NOT:     ccl.
+func.func @pool_split_on_uncrossed_dim_is_local(%a: tensor<1x4x4x4xf32>, %i: tensor<f32>) -> tensor<1x2x2x4xf32> {
+  %r = tpu.replicate([%a] as %x: tensor<1x4x4x4xf32>, [%i] as %zero: tensor<f32>) {n = 1 : i64, num_cores_per_replica = 2 : i64} {
+    %xr = tpu.sharding_constraint %x to #tpu.sharding<{replicated}> : tensor<1x4x4x4xf32>
+    %p = hlo.reduce_window(%xr init : %zero) applies add dims = [1, 2, 2, 1], strides = [1, 2, 2, 1], base_dilations = [1, 1, 1, 1], window_dilations = [1, 1, 1, 1], pad = dense<0> : tensor<4x2xi64> : (tensor<1x4x4x4xf32>, tensor<f32>) -> tensor<1x2x2x4xf32>
+    %ps = tpu.sharding_constraint %p to #tpu.sharding<{devices=[1,1,1,2]<=[2]}> : tensor<1x2x2x4xf32>
+    tpu.yield %ps : tensor<1x2x2x4xf32>
+  }
+  func.return %r : tensor<1x2x2x4xf32>
+}
