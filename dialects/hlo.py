@@ -646,10 +646,13 @@ class SelectOp(PrimitiveOp):
     def kernel(cls, **_):
         return _select
 
+    OUT_IN_PLACE: ClassVar[bool] = True
+
     @classmethod
     def out_kernel(cls, **_):
         """``on_false`` copied into ``out``, then ``on_true`` where ``pred``
-        holds: ``np.where``'s choice of elements."""
+        holds: ``np.where``'s choice of elements; ``out`` may be
+        ``on_true`` or ``on_false`` (the elements chosen from it stay)."""
         return _select_into
 
     @classmethod
@@ -680,17 +683,31 @@ def _select(pred, on_true, on_false):
 
 
 def _select_into(out, pred, on_true, on_false):
-    """:func:`_select` written into ``out``, with its fast path: a
-    row-broadcast predicate and a splat ``on_false`` (a gather zeroing its
-    out-of-range rows) copy ``on_true`` and assign the rows not chosen
-    (8.7 us instead of 31 us for float32[512, 128])."""
+    """:func:`_select` written into ``out``, which may be ``on_true`` or
+    ``on_false`` (OUT_IN_PLACE), with its fast path: a row-broadcast
+    predicate and a splat ``on_false`` (a gather zeroing its out-of-range
+    rows) copy ``on_true`` (nothing written when ``out`` is ``on_true``)
+    and assign the rows not chosen, if any (8.7 us instead of 31 us for
+    float32[512, 128] into another array, 1.5 us in place)."""
     p, f = np.asarray(pred), np.asarray(on_false)
     if p.ndim and p.strides[-1] == 0 and not any(f.strides) and f.size and np.shape(on_true) == p.shape:
-        np.copyto(out, on_true)
-        out[~p[..., 0]] = f.flat[0]
+        dropped = ~p[..., 0]
+        if out is not on_true:
+            np.copyto(out, on_true)
+        if dropped.any():
+            out[dropped] = f.flat[0]
         return out
-    np.copyto(out, on_false)
-    np.copyto(out, on_true, where=pred)
+    t = on_true if out is on_true or not np.may_share_memory(out, on_true) else np.array(on_true)
+    f = on_false if out is on_false or not np.may_share_memory(out, on_false) else np.array(on_false)
+    if np.may_share_memory(out, p):
+        p = np.array(p)
+    if out is t:
+        np.copyto(out, f, where=~p)
+    elif out is f:
+        np.copyto(out, t, where=p)
+    else:
+        np.copyto(out, f)
+        np.copyto(out, t, where=p)
     return out
 
 
@@ -890,10 +907,20 @@ class BroadcastInDimOp(PrimitiveOp):
             x = np.asarray(x)
             if needs_transpose:
                 x = np.transpose(x, order)
-            view = [1] * len(shape)
+            if x.dtype.hasobject or not x.size or not (x.flags.c_contiguous or x.flags.f_contiguous):
+                view = [1] * len(shape)
+                for i, d in enumerate(sorted_dims):
+                    view[d] = x.shape[i]
+                return np.broadcast_to(x.reshape(view), shape)
+            # The read-only view np.broadcast_to makes, built directly (0.4
+            # against 2.6 us: a gather's row mask [512] -> [512, 128]).
+            strides = [0] * len(shape)
             for i, d in enumerate(sorted_dims):
-                view[d] = x.shape[i]
-            return np.broadcast_to(x.reshape(view), shape)
+                if x.shape[i] != 1:
+                    strides[d] = x.strides[i]
+            out = np.ndarray(shape, x.dtype, x, 0, strides)
+            out.flags.writeable = False
+            return out
 
         return run
 

@@ -327,6 +327,12 @@ class GatherOp(PrimitiveOp):
         return _gather_kernel(**_gather_defaults(params))
 
     @classmethod
+    def out_kernel(cls, **params):
+        """For a gather of whole slices along one dimension: ``np.take``
+        (``mode="clip"``) with ``out=``, the kernel's bits; None otherwise."""
+        return getattr(_gather_kernel(**_gather_defaults(params)), "into", None)
+
+    @classmethod
     def vjp(cls, cotangents, inputs, outputs, **params):
         """The cotangent scatter-added into zeros at the start indices,
         clamped as the gather clamped them (so no window is dropped); the
@@ -451,12 +457,17 @@ def _take_kernel(axis, off, sizes, window, ivd):
             orders[key] = None if full == list(range(rank)) else full
         return orders[key]
 
-    def run(x, idx):
+    rest = sizes[:axis] + sizes[axis + 1 :]
+
+    def operands(x, idx):
         x = np.asarray(x)
-        if any(n != m for d, (n, m) in enumerate(zip(x.shape, sizes)) if d != axis):
+        if x.shape[:axis] + x.shape[axis + 1 :] != rest:
             x = x[trim]
         idx = np.asarray(idx)
-        ids = idx if ivd == idx.ndim else np.take(idx, 0, axis=ivd)
+        return x, idx if ivd == idx.ndim else np.take(idx, 0, axis=ivd)
+
+    def run(x, idx):
+        x, ids = operands(x, idx)
         if x.shape[axis] == 0:
             got = np.zeros(x.shape[:axis] + ids.shape + x.shape[axis + 1 :], x.dtype)
         else:
@@ -464,6 +475,17 @@ def _take_kernel(axis, off, sizes, window, ivd):
         order = order_for(ids.ndim, got.ndim)
         return got if order is None else np.transpose(got, order)
 
+    def into(out, x, idx):
+        x, ids = operands(x, idx)
+        if x.shape[axis] == 0:
+            out.fill(0)
+            return out
+        order = order_for(ids.ndim, out.ndim)
+        # np.take's own layout: out with the order undone (a view).
+        np.take(x, ids, axis=axis, mode="clip", out=out if order is None else np.transpose(out, np.argsort(order)))
+        return out
+
+    run.into = into
     return run
 
 

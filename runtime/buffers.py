@@ -18,6 +18,15 @@ shape and dtype reuses it.  What never gets a slot:
   their operands alive as long as themselves (and an escaping view makes
   its operand escape).
 
+With ``donate``, an op that may write over an operand it reads for the
+last time (``OUT_IN_PLACE``) and whose result the block gives back writes
+that result into the operand's array (:attr:`Slots.into_operand`) when the
+operand is an array the block made (its op has an ``out_kernel``: a fresh
+array or a buffer) of the result's shape and dtype, read by nothing later:
+the operand is then given back in its place (a recycled slot, or a fresh
+array).  A gather that zeroes its out-of-range rows with a select thus
+writes the caller's output once (XLA fuses the select into the gather).
+
 A steady-state call then allocates only its outputs, the results of ops
 without an ``out_kernel`` and what collectives return: no page faults for
 the step's intermediates, whatever malloc does with freed memory.
@@ -54,6 +63,9 @@ class Slots:
         self.keys: list[Key] = []
         #: Slots of values the block gives away (recycled, :class:`Buffers`).
         self.recycled: set[int] = set()
+        #: A result its op writes into the array of its operand at this
+        #: position (``donate``; module doc).
+        self.into_operand: dict[Hashable, int] = {}
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -64,6 +76,7 @@ def assign(
     escaping: set[Hashable],
     min_bytes: int | None = None,
     recycle: bool = False,
+    donate: bool = False,
 ) -> Slots:
     """Slots for the values of ``steps``, one per op in order:
     ``(operands, results, keys, writes, in_place)``, where ``keys[k]`` is
@@ -73,7 +86,9 @@ def assign(
     ``in_place`` that it may write over an operand it reads for the last
     time.  ``escaping``: values read past the block (module doc); with
     ``recycle`` each escaping result an op writes gets a slot of its own in
-    :attr:`Slots.recycled` (module doc).  Values of ``min_bytes`` or
+    :attr:`Slots.recycled` (module doc); with ``donate`` an in-place op
+    giving its result back may write it over an operand
+    (:attr:`Slots.into_operand`, module doc).  Values of ``min_bytes`` or
     fewer (default :data:`MIN_BYTES`) get none."""
     if min_bytes is None:
         min_bytes = MIN_BYTES
@@ -91,11 +106,32 @@ def assign(
         if i < INF:
             dying.setdefault(i, []).append(v)
     out = Slots()
+
+    def big(key: Key) -> bool:
+        shape, dtype = key
+        return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize > min_bytes
+
+    given = {v for v, i in last.items() if i >= INF} | set(escaping)
+    if donate:
+        # Backwards, so that a chain of in-place ops passes the caller's array up.
+        made = {r: key for _, results, keys, writes, _ in steps if writes for r, key in zip(results, keys)}
+        for i in range(len(steps) - 1, -1, -1):
+            operands, results, keys, writes, in_place = steps[i]
+            if not (writes and in_place and len(results) == 1) or results[0] not in given:
+                continue
+            key = keys[0]
+            if key is None or not big(key):
+                continue
+            for k, a in enumerate(operands):
+                if made.get(a) == key and last.get(a) == i and a not in given and operands.count(a) == 1:
+                    out.into_operand[results[0]] = k
+                    given.add(a)
+                    break
     free: dict[Key, list[int]] = {}
 
     def release(v: Hashable) -> None:
         s = out.slot_of.get(v)
-        if s is not None and v not in released:
+        if s is not None and v not in released and s not in out.recycled:
             released.add(v)
             free.setdefault(out.keys[s], []).append(s)
 
@@ -106,12 +142,9 @@ def assign(
                 release(v)
         if writes:
             for r, key in zip(results, keys):
-                if key is None:
+                if key is None or not big(key) or r in out.into_operand:
                     continue
-                shape, dtype = key
-                if int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize <= min_bytes:
-                    continue
-                if last.get(r, -1) >= INF or r in escaping:
+                if r in given:
                     if recycle:
                         out.slot_of[r] = len(out.keys)
                         out.recycled.add(len(out.keys))

@@ -45,6 +45,16 @@ _REGION_OUTS = object()
 KernelFactory = Callable[[Operation], Callable[..., Any]]
 
 
+def _into_operand(out_kernel: Callable[..., Any], k: int) -> Callable[..., Any]:
+    """``out_kernel`` writing over its operand ``k`` (an array the plan made
+    that nothing reads later, runtime/buffers.py)."""
+
+    def into(*xs):
+        return out_kernel(xs[k], *xs)
+
+    return into
+
+
 def form_key(op: Operation) -> tuple:
     """What an op's kernel (or a constant's value) depends on: its class and
     the identities of its properties, attributes and operand and result
@@ -202,6 +212,8 @@ class Plan:
         self._private = 0
         self._op_slots: dict[int, list[int | None]] = {}
         self._out_kernels: dict[int, Callable[..., Any]] = {}
+        #: Ops writing their result over the operand at this position (runtime/buffers.py, ``donate``).
+        self._op_into: dict[int, int] = {}
         self.buffer_sets: weakref.WeakSet[Buffers] = weakref.WeakSet()
         if keeps_operands is not None:
             self._plan_buffers(term, keeps_operands, constant_of)
@@ -310,7 +322,7 @@ class Plan:
             steps.append((operands, list(op.results), keys, out_kernel is not None, in_place))
             index.append((i, out_kernel))
         if not self.sequences:
-            self.slots = assign(steps, escaping, recycle=True)
+            self.slots = assign(steps, escaping, recycle=True, donate=True)
             self._private = len(self.slots)
         else:
             # Replicas one after another in one thread: values that die in
@@ -321,16 +333,23 @@ class Plan:
                 (o, r, [k if v not in local else None for v, k in zip(r, ks)], w, p) for o, r, ks, w, p in steps
             ]
             inside = [(o, r, [k if v in local else None for v, k in zip(r, ks)], w, p) for o, r, ks, w, p in steps]
-            private, shared = assign(crossing, escaping, recycle=True), assign(inside, escaping)
+            private = assign(crossing, escaping, recycle=True, donate=True)
+            shared = assign(inside, escaping, donate=True)
             self._private = len(private)
             self.slots = private
             for v, slot in shared.slot_of.items():
                 self.slots.slot_of[v] = slot + self._private
             self.slots.keys += shared.keys
+            self.slots.into_operand.update(shared.into_operand)
         for i, out_kernel in index:
             if out_kernel is None:
                 continue
-            got = [self.slots.slot_of.get(r) for r in self.ops[i].results]
+            results = self.ops[i].results
+            if len(results) == 1 and results[0] in self.slots.into_operand:
+                self._op_into[i] = self.slots.into_operand[results[0]]
+                self._out_kernels[i] = out_kernel
+                continue
+            got = [self.slots.slot_of.get(r) for r in results]
             if any(s is not None for s in got):
                 self._op_slots[i] = got
                 self._out_kernels[i] = out_kernel
@@ -407,7 +426,11 @@ class Plan:
                         per.append(kernel)
                     else:
                         k = f(op)
-                        per.append(self._bind(i, k, bufs, j) if bufs is not None and i in self._op_slots else k)
+                        if i in self._op_into:
+                            k = _into_operand(self._out_kernels[i], self._op_into[i])
+                        elif bufs is not None and i in self._op_slots:
+                            k = self._bind(i, k, bufs, j)
+                        per.append(k)
                 out.append(tuple(per) if seq else per[0])
         return tuple(out)
 

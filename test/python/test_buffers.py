@@ -17,6 +17,7 @@ import pytest
 
 import xtpu
 from xtpu.dialects import DIALECTS, hlo
+from xtpu.dialects.hlo_indexing import GatherOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.passes import DEFAULT_PIPELINE
 from xtpu.runtime import buffers
@@ -217,6 +218,22 @@ def _out_kernel_cases():
             {},
             [np.broadcast_to(np.ones((64, 1), bool), (64, 33)), x, np.broadcast_to(np.float32(0), (64, 33))],
         ),
+        # in place (OUT_IN_PLACE): out is on_true / on_false, whose chosen elements stay
+        (hlo.SelectOp, {}, [x < y, x, y], 1),
+        (hlo.SelectOp, {}, [x < y, x, y], 2),
+        (
+            hlo.SelectOp,
+            {},
+            [np.broadcast_to((x[:, :1] < 0.5), (64, 33)), x, np.broadcast_to(np.float32(0), (64, 33))],
+            1,
+        ),
+        (GatherOp, _take_dn(0, 2, 33), [x, np.array([3, 0, 63, 70, -2], np.int32)]),
+        # a gather along axis 1 of 2-D ids: np.take's layout transposed into the result's
+        (
+            GatherOp,
+            {**_take_dn(1, 2, 64), "offset_dims": (2,), "index_vector_dim": 2},
+            [x.T, np.array([[1, 5, 63], [0, 2, 2]], np.int64)],
+        ),
         (hlo.ConvertOp, {"dtype": "int32"}, [x * 100]),
         (hlo.ConvertOp, {"dtype": "bfloat16"}, [x.astype(np.float64)]),
         (hlo.ConcatenateOp, {"dimension": 1}, [x, y]),
@@ -239,22 +256,103 @@ def _out_kernel_cases():
     return cases
 
 
+def _take_dn(axis, rank, size):
+    """hlo.gather's dimension numbers for np.take along ``axis`` of a rank-``rank`` operand, 1-D ids."""
+    return {
+        "offset_dims": tuple(d for d in range(rank) if d != axis),
+        "collapsed_slice_dims": (axis,),
+        "start_index_map": (axis,),
+        "index_vector_dim": 1,
+        "slice_sizes": tuple(1 if d == axis else size for d in range(rank)),
+    }
+
+
 def test_every_out_kernel_gives_its_kernels_bits():
     """``out_kernel(out, *xs)`` writes ``kernel(*xs)``'s bits into ``out``
     and returns it, for every elementwise op and dtype that has one and the
-    select, convert, concatenate and dot_general forms the planner uses."""
+    select, gather, convert, concatenate and dot_general forms the planner
+    uses; an OUT_IN_PLACE op also with ``out`` one of its operands (a case's
+    fourth entry: which)."""
     cases = _out_kernel_cases()
     assert len({c[0] for c in cases}) >= 25
-    for cls, params, xs in cases:
+    for cls, params, xs, *into in cases:
         with np.errstate(all="ignore"):  # log, sqrt, power of negatives: NaN bits compared too
-            want = np.asarray(cls.kernel(**params)(*xs))
-            out = np.empty_like(want)
+            # The planner runs the plain kernel for values without a slot and counts on
+            # an op with an out_kernel never returning a view of its operands.
+            fresh = cls.kernel(**params)(*xs)
+            want = np.ascontiguousarray(fresh)
+            assert not any(np.shares_memory(fresh, a) for a in xs), f"{cls.name} {params}: kernel returned a view"
+            if into:
+                assert cls.OUT_IN_PLACE, cls.name
+                xs = list(xs)
+                out = xs[into[0]] = np.array(xs[into[0]])
+            else:
+                out = np.empty_like(want)
             got = cls.out_kernel(**params)(out, *xs)
         assert got is out, cls.name
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), err_msg=f"{cls.name} {params}")
-        # The planner runs the plain kernel for values without a slot and counts on
-        # an op with an out_kernel never returning a view of its operands.
-        assert not any(np.shares_memory(want, a) for a in xs), f"{cls.name} {params}: kernel returned a view"
+
+
+def test_in_place_ops_write_over_a_dying_operand_the_block_gives_back():
+    """``donate``: an in-place op whose result escapes writes it over an
+    operand made in the block (by an op with an out_kernel) of its shape and
+    dtype that nothing reads later, and that operand is given back instead
+    (a recycled slot, or none); never over an argument, a value read later,
+    a value of another key, or a view."""
+    key = ((1024, 64), np.dtype(np.float32))
+    other = ((64, 1024), np.dtype(np.float32))
+    # g (writes) -> s (in place, escapes): s written over g, g recycled.
+    steps = [
+        (["t", "i"], ["g"], [key], True, False),
+        (["p", "g", "z"], ["s"], [key], True, True),
+    ]
+    slots = assign(steps, {"s"}, recycle=True, donate=True)
+    assert slots.into_operand == {"s": 1}
+    assert slots.slot_of["g"] in slots.recycled and "s" not in slots.slot_of
+    assert assign(steps, {"s"}, donate=True).slot_of == {}  # no recycling: g a fresh array
+    assert assign(steps, {"s"}, recycle=True).into_operand == {}
+    # a chain of in-place ops passes the caller's array up to the first
+    chain = steps + [(["s", "z"], ["u"], [key], True, True)]
+    slots = assign(chain, {"u"}, recycle=True, donate=True)
+    assert slots.into_operand == {"u": 0, "s": 1} and slots.slot_of["g"] in slots.recycled
+    # not over: an argument; g read later; g of another shape; a view of g (read through it)
+    assert assign([(["p", "t", "z"], ["s"], [key], True, True)], {"s"}, recycle=True, donate=True).into_operand == {}
+    later = steps + [(["g"], ["w"], [key], True, False)]
+    slots = assign(later, {"s", "w"}, recycle=True, donate=True)
+    assert slots.into_operand == {} and slots.slot_of["g"] not in slots.recycled
+    assert assign([(["t", "i"], ["g"], [other], True, False)] + steps[1:], {"s"}, donate=True).into_operand == {}
+    view = [steps[0], (["g"], ["v"], [None], False, False), (["p", "v", "z"], ["s"], [key], True, True)]
+    assert assign(view, {"s"}, recycle=True, donate=True).into_operand == {}
+    # a recycled slot never goes back to the pool: h (same key) gets a slot of its own
+    freed = steps[:1] + [(["p", "g", "z"], ["s"], [key], True, True), (["t", "i"], ["h"], [key], True, False)]
+    slots = assign(freed, {"s"}, recycle=True, donate=True)
+    assert slots.slot_of["h"] != slots.slot_of["g"] and slots.slot_of["h"] not in slots.recycled
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_gather_zeroing_out_of_range_ids_writes_its_output_in_place(replicas):
+    """tf.gather's out-of-range zeros are a select after the gather; the
+    plan writes the select over the gather's array, which is the caller's
+    output: right values with ids out of range, outputs kept across calls
+    untouched, and no array of the output's size made per call."""
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((1000, 64)).astype(np.float32)
+    ids = [rng.integers(-50, 1050, 512).astype(np.int32) for _ in range(replicas)]
+    c = xtpu.lower(lambda t, i: xtpu.gather(t, i), [[table, i] for i in ids]).compile()
+    plan = c.executable.device_plan
+    assert plan._op_into, plan.source
+
+    def want(i):
+        return np.where(((i >= 0) & (i < 1000))[:, None], np.take(table, i, axis=0, mode="clip"), 0)
+
+    kept = [(c([[table, i] for i in ids]), [want(i) for i in ids])]
+    for _ in range(3):
+        ids = [rng.integers(-50, 1050, 512).astype(np.int32) for _ in range(replicas)]
+        kept.append((c([[table, i] for i in ids]), [want(i) for i in ids]))
+        c([[table, i[::-1].copy()] for i in ids])  # outputs dropped at once
+    for got, wants in kept:
+        for r in range(replicas):
+            np.testing.assert_array_equal(got[r][0], wants[r])
 
 
 def test_ops_with_their_own_kernel_have_their_own_out_kernel_or_none():
