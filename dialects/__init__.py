@@ -13,6 +13,7 @@ from xtpu.dialects.hlo_bits import BITS_OPS
 from xtpu.dialects.hlo_control import CONTROL_OPS
 from xtpu.dialects.hlo_host import HOST_OPS
 from xtpu.dialects.hlo_indexing import INDEXING_ATTRS, INDEXING_OPS
+from xtpu.dialects.hlo_linalg import LINALG_OPS
 from xtpu.dialects.hlo_math import MATH_EXTRA_OPS
 from xtpu.dialects.hlo_random import RANDOM_OPS
 from xtpu.dialects.hlo_rounding import ROUNDING_OPS
@@ -28,6 +29,7 @@ HLO = Dialect(
     + INDEXING_OPS
     + ROUNDING_OPS
     + MATH_EXTRA_OPS
+    + LINALG_OPS
     + BITS_OPS
     + WINDOW_OPS
     + RANDOM_OPS

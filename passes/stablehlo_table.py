@@ -1625,6 +1625,11 @@ ENTRIES: list[Entry] = [
     Entry("tpu.infeed_dequeue_tuple", "stablehlo.infeed", _export_infeed),
     Entry("tpu.outside_compilation", None, _refuse(_HOST_REASON + "; compile the program first")),
     Entry(
+        "hlo.svd",
+        None,
+        _refuse("has no StableHLO op (XLA builds an SVD from a library routine, JAX calls LAPACK's gesdd)"),
+    ),
+    Entry(
         "hlo.erf",
         "chlo.erf",
         _export_erf,

@@ -115,6 +115,37 @@ def _all_valid(idx: Any, bound: Any) -> bool:
     return bool(np.all((arr >= 0) & (arr < np.asarray(bound))))
 
 
+#: TF 2.21's ``bad_indices_policy`` values (gather_nd, scatter_nd, tensor_scatter_nd_add).
+BAD_INDICES_POLICIES = ("", "DEFAULT", "IGNORE", "ERROR")
+
+
+def _check_policy(policy: Any, idx: Any, bounds: Any, op: str, what: str) -> None:
+    """TF's ``bad_indices_policy``: ``""`` / ``"DEFAULT"`` / ``"IGNORE"``
+    keep xtpu's rule (TF's on TPU / GPU: zeros, dropped updates);
+    ``"ERROR"`` raises for an index vector out of range, eagerly (a compiled
+    program cannot raise on values: refused there, as TF's accelerators
+    generally refuse it)."""
+    if not isinstance(policy, str) or policy not in BAD_INDICES_POLICIES:
+        raise ValueError(f"{op}: bad_indices_policy must be one of '', 'DEFAULT', 'IGNORE', 'ERROR', got {policy!r}")
+    if policy != "ERROR":
+        return
+    if isinstance(idx, Tensor):
+        raise ValueError(
+            f"{op}: bad_indices_policy='ERROR' checks the indices' values, which a compiled computation cannot "
+            "raise on (TF's accelerators do not support it either); use '' or 'IGNORE' (out-of-range indices "
+            "give zeros / drop their updates)"
+        )
+    arr = np.asarray(idx)
+    vecs = arr.reshape(-1, arr.shape[-1]) if arr.ndim else arr.reshape(1, 1)
+    bad = np.nonzero(np.any((vecs < 0) | (vecs >= np.asarray(bounds)), axis=1))[0]
+    if bad.size:
+        at = np.unravel_index(int(bad[0]), arr.shape[:-1])
+        raise ValueError(
+            f"{op}: indices[{', '.join(map(str, at))}] = {vecs[bad[0]].tolist()} does not index into {what} "
+            "(bad_indices_policy='ERROR')"
+        )
+
+
 # --------------------------------------------------------------------------
 # Gathers
 # --------------------------------------------------------------------------
@@ -182,7 +213,9 @@ def gather(
     return _zero_where_invalid(out, _in_range(idx, ps[ax]), batch_positions)
 
 
-def gather_nd(params: Any, indices: Any, batch_dims: int = 0, name: str | None = None) -> Any:
+def gather_nd(
+    params: Any, indices: Any, batch_dims: int = 0, name: str | None = None, bad_indices_policy: str = ""
+) -> Any:
     """Slices of ``params`` at the index vectors in ``indices``' last
     dimension (tf.gather_nd), after ``batch_dims`` leading batch dimensions
     that both share.
@@ -190,12 +223,15 @@ def gather_nd(params: Any, indices: Any, batch_dims: int = 0, name: str | None =
     Shapes: params ``B + D + R`` with ``len(B) = batch_dims``, ``len(D) =
     M``; indices ``B + I + [M]`` -> ``B + I + R``.  One ``hlo.gather``.  An
     index vector with a component out of range gives zeros and no gradient
-    (TF on TPU / GPU; TF on CPU raises).
+    (TF on TPU / GPU, and TF's ``bad_indices_policy="IGNORE"``; TF on CPU
+    raises), unless ``bad_indices_policy="ERROR"`` (eagerly only).
 
     Raises:
       TypeError: indices not int32 / int64; params of strings.
       ValueError: indices of rank 0; ``M`` beyond the rank left after the
-        batch dimensions; batch dimensions that differ.
+        batch dimensions; batch dimensions that differ; an unknown
+        ``bad_indices_policy``; ``"ERROR"`` with an index out of range, or
+        traced.
     """
     p = _values(params, "gather_nd")
     idx = _indices(indices, "gather_nd")
@@ -226,6 +262,7 @@ def gather_nd(params: Any, indices: Any, batch_dims: int = 0, name: str | None =
         slice_sizes=tuple(min(1, n) if d < b + m else n for d, n in enumerate(ps)),
     )
     bounds = np.asarray(ps[b : b + m], dtype=np.int64)
+    _check_policy(bad_indices_policy, idx, bounds, "gather_nd", f"param shape {list(ps)}")
     if m == 0 or _all_valid(idx, bounds):
         return out
     ok = _in_range(idx, bounds)
@@ -266,7 +303,9 @@ def embedding_lookup(params: Any, ids: Any, max_norm: Any = None, name: str | No
 # --------------------------------------------------------------------------
 
 
-def _scatter_nd_into(tensor: Any, indices: Any, updates: Any, computation: str, op: str) -> Any:
+def _scatter_nd_into(
+    tensor: Any, indices: Any, updates: Any, computation: str, op: str, bad_indices_policy: str = ""
+) -> Any:
     """``tensor`` with ``updates`` combined in at the index vectors of
     ``indices`` (TF's ``tensor_scatter_nd_*``): one ``hlo.scatter``."""
     idx = _indices(indices, op)
@@ -282,6 +321,7 @@ def _scatter_nd_into(tensor: Any, indices: Any, updates: Any, computation: str, 
         raise ValueError(
             f"{op}: updates must have shape indices.shape[:-1] + tensor.shape[{m}:] = {list(want)}, got {list(us)}"
         )
+    _check_policy(bad_indices_policy, idx, np.asarray(ts[:m], dtype=np.int64), op, f"shape {list(ts)}")
     nb = len(ishape) - 1
     (out,) = bind(
         ScatterOp,
@@ -297,16 +337,20 @@ def _scatter_nd_into(tensor: Any, indices: Any, updates: Any, computation: str, 
     return out
 
 
-def scatter_nd(indices: Any, updates: Any, shape: Any, name: str | None = None) -> Any:
+def scatter_nd(indices: Any, updates: Any, shape: Any, bad_indices_policy: str = "", name: str | None = None) -> Any:
     """Zeros of ``shape`` with ``updates`` added at the index vectors of
     ``indices`` (tf.scatter_nd; repeated indices sum).
 
     Shapes: indices ``I + [M]``, updates ``I + shape[M:]`` -> ``shape``.
-    An index out of range drops its update (TF on TPU; TF on CPU raises).
+    An index out of range drops its update (TF on TPU, and TF's
+    ``bad_indices_policy="IGNORE"``; TF on CPU raises), unless
+    ``bad_indices_policy="ERROR"`` (eagerly only).
 
     Raises:
       TypeError: indices not int32 / int64; a traced ``shape``.
-      ValueError: updates of the wrong shape; ``M`` beyond ``len(shape)``.
+      ValueError: updates of the wrong shape; ``M`` beyond ``len(shape)``;
+        an unknown ``bad_indices_policy``; ``"ERROR"`` with an index out of
+        range, or traced.
     """
     if isinstance(shape, Tensor):
         raise TypeError("scatter_nd: shape must be static")
@@ -314,7 +358,7 @@ def scatter_nd(indices: Any, updates: Any, shape: Any, name: str | None = None) 
     dims = tuple(int(n) for n in np.asarray(read_if_variable(shape)).reshape(-1))
     dt = dtype_of(u)
     zeros = broadcast_to(scalar(False if dt == "bool" else 0, dt), dims)
-    return _scatter_nd_into(zeros, indices, u, "add", "scatter_nd")
+    return _scatter_nd_into(zeros, indices, u, "add", "scatter_nd", bad_indices_policy)
 
 
 def tensor_scatter_nd_update(tensor: Any, indices: Any, updates: Any, name: str | None = None) -> Any:
@@ -326,10 +370,13 @@ def tensor_scatter_nd_update(tensor: Any, indices: Any, updates: Any, name: str 
     return _scatter_nd_into(tensor, indices, updates, "replace", "tensor_scatter_nd_update")
 
 
-def tensor_scatter_nd_add(tensor: Any, indices: Any, updates: Any, name: str | None = None) -> Any:
+def tensor_scatter_nd_add(
+    tensor: Any, indices: Any, updates: Any, bad_indices_policy: str = "", name: str | None = None
+) -> Any:
     """``tensor`` with ``updates`` added at the index vectors of ``indices``
-    (tf.tensor_scatter_nd_add; repeated indices sum)."""
-    return _scatter_nd_into(tensor, indices, updates, "add", "tensor_scatter_nd_add")
+    (tf.tensor_scatter_nd_add; repeated indices sum); ``bad_indices_policy``
+    as :func:`scatter_nd`'s."""
+    return _scatter_nd_into(tensor, indices, updates, "add", "tensor_scatter_nd_add", bad_indices_policy)
 
 
 def tensor_scatter_nd_sub(tensor: Any, indices: Any, updates: Any, name: str | None = None) -> Any:

@@ -2,8 +2,10 @@
 ``ceil``, ``round``, ``rsqrt``, ``log1p``, ``erf``, ``sin``, ``cos``,
 ``is_finite``, ``reciprocal``, ``squared_difference``), ``add_n``,
 ``cumsum``, the reductions ``reduce_logsumexp``, ``reduce_variance``,
-``reduce_std``, ``count_nonzero``, and the norms ``norm``,
-``l2_normalize``, ``clip_by_norm`` and ``clip_by_global_norm``.
+``reduce_std``, ``count_nonzero``, the norms ``norm``, ``l2_normalize``,
+``clip_by_norm`` and ``clip_by_global_norm``, and ``linalg.svd`` (one
+``hlo.svd``, :mod:`xtpu.dialects.hlo_linalg`, which the matrix 2-norm takes
+its largest singular value from).
 
 The elementwise ops are one ``hlo`` op each (:mod:`xtpu.dialects.hlo_math`,
 :mod:`xtpu.dialects.hlo_rounding`); the rest are built from hlo ops the way
@@ -23,6 +25,7 @@ import numpy as np
 from xtpu.core.tracing import Tensor, bind, convert, read_if_variable
 from xtpu.dialects import hlo
 from xtpu.dialects.autodiff import StopGradientOp
+from xtpu.dialects.hlo_linalg import SvdOp
 from xtpu.dialects.hlo_math import (
     CeilOp,
     CosineOp,
@@ -37,7 +40,7 @@ from xtpu.dialects.hlo_math import (
 )
 from xtpu.dialects.hlo_rounding import FloorOp
 from xtpu.ops import math_ops as M
-from xtpu.ops.array_ops import reshape
+from xtpu.ops.array_ops import reshape, transpose
 from xtpu.ops.core import broadcast_to, dtype_name, dtype_of, elementwise, normalize_axes, scalar, shape_of, unify
 
 FLOATS = hlo.FLOATS
@@ -330,13 +333,16 @@ def norm(tensor: Any, ord: Any = "euclidean", axis: Any = None, keepdims: Any = 
     ``axis`` None (the whole tensor as a vector), an int (vectors along it)
     or a pair (matrices).  Vector ``ord``: ``'euclidean'`` / 2, 1,
     ``np.inf`` or any real ``p > 0`` (``sum(|x|**p)**(1/p)``); matrix
-    ``ord``: ``'euclidean'`` / ``'fro'``, 1 (largest column sum) or
-    ``np.inf`` (largest row sum).
+    ``ord``: ``'euclidean'`` / ``'fro'``, 1 (largest column sum),
+    ``np.inf`` (largest row sum) or 2 (the largest singular value, from an
+    ``hlo.svd`` as TF takes it; its gradient ``u1 v1^T``).  Float inputs;
+    the result has the input's dtype and shape without ``axis`` (kept as
+    size 1 with ``keepdims``).
 
     Raises:
+      TypeError: a non-float input.
       ValueError: an ``ord`` TF does not accept for that ``axis`` (TF's
-        messages), a bad ``axis``; NotImplementedError: the matrix 2-norm
-        (TF takes it from an SVD, which xtpu does not have).
+        messages), a bad ``axis``.
     """
     x = _float_input(tensor, "norm")
     r = len(shape_of(x))
@@ -356,7 +362,7 @@ def norm(tensor: Any, ord: Any = "euclidean", axis: Any = None, keepdims: Any = 
         if ord in ("euclidean", "fro"):
             return M.sqrt(M.reduce_sum(M.multiply(x, x), axis=(a0, a1), keepdims=keepdims))
         if ord == 2:
-            raise NotImplementedError("norm: the matrix 2-norm needs an SVD, which xtpu does not have")
+            return _matrix_2_norm(x, a0, a1, keepdims)
         # 1: max over columns of the column sums; inf: max over rows of the row sums.
         summed, other = (a0, a1) if ord == 1 else (a1, a0)
         sums = M.reduce_sum(M.abs(x), axis=summed, keepdims=True)
@@ -377,6 +383,42 @@ def norm(tensor: Any, ord: Any = "euclidean", axis: Any = None, keepdims: Any = 
     p = float(ord)
     total = M.reduce_sum(M.pow(M.abs(x), scalar(p, dtype_of(x))), axis=axis, keepdims=keepdims)
     return M.pow(total, scalar(1.0 / p, dtype_of(x)))
+
+
+def _matrix_2_norm(x: Any, a0: int, a1: int, keepdims: bool) -> Any:
+    """TF's matrix 2-norm (``linalg_ops.norm``): the matrices moved to the
+    last two dimensions (``a0`` rows, ``a1`` columns), the largest absolute
+    singular value of each (``reduce_max``: tied maxima share the
+    gradient), put back where the two axes were."""
+    shape = shape_of(x)
+    others = [i for i in range(len(shape)) if i not in (a0, a1)]
+    (s,) = bind(SvdOp, [transpose(x, others + [a0, a1])], compute_uv=False)
+    top = M.reduce_max(M.abs(s), axis=-1, keepdims=True)
+    kept = [1 if i in (a0, a1) else n for i, n in enumerate(shape)]
+    return reshape(top, [shape[i] for i in others] if not keepdims else kept)
+
+
+def svd(tensor: Any, full_matrices: bool = False, compute_uv: bool = True, name: str | None = None) -> Any:
+    """The singular value decomposition of the matrices in the last two
+    dimensions of ``tensor`` (tf.linalg.svd): ``s`` (shape ``B + [K]``,
+    ``K = min(M, N)``, descending), and with ``compute_uv`` also ``u``
+    (``B + [M, K]``) and ``v`` (``B + [N, K]``), ``tensor = u @ diag(s) @
+    v^T``; returned as ``s`` or ``(s, u, v)``.  One ``hlo.svd`` (LAPACK's
+    gesdd; the signs of a pair of singular vectors are LAPACK's, as TF's
+    are Eigen's).  Gradient: TF's ``_SvdGrad``.
+
+    Raises:
+      TypeError: a non-float input.
+      ValueError: a tensor of rank below 2.
+      NotImplementedError: ``full_matrices=True``.
+    """
+    x = _float_input(tensor, "svd")
+    if len(shape_of(x)) < 2:
+        raise ValueError(f"svd: input must have rank >= 2, got shape {list(shape_of(x))}")
+    if full_matrices:
+        raise NotImplementedError("svd: full_matrices=True is not supported (xtpu computes the thin SVD)")
+    out = bind(SvdOp, [x], compute_uv=bool(compute_uv))
+    return tuple(out) if compute_uv else out[0]
 
 
 def clip_by_norm(t: Any, clip_norm: Any, axes: Any = None, name: str | None = None) -> Any:

@@ -393,6 +393,22 @@ def _math_extra_cases():
     return out
 
 
+def _linalg_cases():
+    """hlo.svd (dialects/hlo_linalg.py): singular values alone (the rule
+    takes u and v from a second svd) and with u and v (TF's _SvdGrad, wide,
+    tall, square, batched); random Gaussian matrices have distinct singular
+    values, and LAPACK's signs do not flip within the step."""
+    from xtpu.dialects.hlo_linalg import SvdOp
+
+    return [
+        Case(SvdOp, ins(f64(3, 5)), {"compute_uv": False}, id="values-wide"),
+        Case(SvdOp, ins(f64(2, 4, 3)), {"compute_uv": False}, id="values-batched-tall"),
+        Case(SvdOp, ins(f64(3, 3)), {"compute_uv": True}, id="uv-square"),
+        Case(SvdOp, ins(f64(3, 5)), {"compute_uv": True}, id="uv-wide"),
+        Case(SvdOp, ins(f64(2, 5, 3)), {"compute_uv": True}, id="uv-batched-tall", rtol=1e-5),
+    ]
+
+
 def _indexing_cases():
     """hlo.gather / scatter / sort / variadic_reduce (dialects/hlo_indexing.py)."""
     from xtpu.dialects import hlo_indexing as ix
@@ -551,6 +567,7 @@ CASES: list[Case] = (
     + _slicing_cases()
     + _tpu_cases()
     + _math_extra_cases()
+    + _linalg_cases()
     + _indexing_cases()
     + _window_cases()
 )

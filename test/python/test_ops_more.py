@@ -105,3 +105,58 @@ def test_an_out_of_range_index_raises_numpys_index_error_eagerly_and_traced():
         xtpu.replicate(lambda v: v[0, 0, :], [[x]])
     assert str(eager.value) == "index 0 is out of bounds for axis 0 with size 0"
     assert str(eager.value) in str(traced.value)
+
+
+def _norm2_fd(x, axis, d, eps=1e-6):
+    """The central difference of ``sum(w * ||x||_2)`` along ``d`` (numpy's
+    matrix 2-norm, LAPACK's largest singular value)."""
+    f = lambda y: np.linalg.norm(np.moveaxis(y, axis, (-2, -1)), ord=2, axis=(-2, -1))  # noqa: E731
+    return (f(x + eps * d) - f(x - eps * d)) / (2 * eps)
+
+
+def test_matrix_2_norm_and_its_gradient_against_numpy_and_finite_differences():
+    """``norm(x, ord=2, axis=pair)`` is the largest singular value (numpy's
+    ``linalg.norm(..., 2)``) eagerly and compiled over 2 replicas, and its
+    gradient ``u1 v1^T`` matches central differences along random
+    directions; bfloat16 computes in float32; a NaN matrix gives NaN.  (TF's
+    own values: test_tf_reference_ops.py, case norm_2.)"""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 4, 5))
+    axis = (2, 0)
+    want = np.linalg.norm(np.moveaxis(x, axis, (-2, -1)), ord=2, axis=(-2, -1))
+    w = rng.standard_normal(want.shape)
+    with xtpu.GradientTape() as tape:
+        xv = xtpu.constant(x)
+        tape.watch(xv)
+        n = xtpu.norm(xv, ord=2, axis=axis)
+        total = xtpu.reduce_sum(n * w)
+    eager_grad = np.asarray(tape.gradient(total, xv))
+    np.testing.assert_allclose(np.asarray(n), want, rtol=1e-12)
+
+    def step(x):
+        n = xtpu.norm(x, ord=2, axis=axis)
+        return n, xtpu.gradients(xtpu.reduce_sum(n * w), [x])[0]
+
+    for n_c, g_c in xtpu.replicate(step, [[x], [x]]):
+        np.testing.assert_allclose(n_c, want, rtol=1e-12)
+        np.testing.assert_allclose(g_c, eager_grad, rtol=1e-12, atol=1e-14)
+    for _ in range(3):
+        d = rng.standard_normal(x.shape)
+        np.testing.assert_allclose(np.sum(eager_grad * d), np.sum(w * _norm2_fd(x, axis, d)), rtol=1e-6)
+    import ml_dtypes
+
+    xb = x.astype(ml_dtypes.bfloat16)
+    got = np.asarray(xtpu.norm(xb, ord=2, axis=axis, keepdims=True))
+    assert got.dtype == ml_dtypes.bfloat16 and got.shape == (1, 4, 1)
+    ref = np.linalg.norm(np.moveaxis(xb.astype(np.float32), axis, (-2, -1)), ord=2, axis=(-2, -1))
+    np.testing.assert_allclose(got.reshape(-1).astype(np.float32), ref, rtol=1e-2)
+    assert np.isnan(np.asarray(xtpu.norm(np.full((2, 2), np.nan, np.float32), ord=2, axis=[0, 1])))
+
+
+def test_svd_refuses_what_it_does_not_compute():
+    with pytest.raises(NotImplementedError, match="full_matrices"):
+        xtpu.linalg.svd(np.ones((2, 3), np.float32), full_matrices=True)
+    with pytest.raises(TypeError, match="svd"):
+        xtpu.linalg.svd(np.ones((2, 3), np.int32))
+    s, u, v = xtpu.linalg.svd(np.zeros((0, 3), np.float32))
+    assert np.shape(s) == (0,) and np.shape(u) == (0, 0) and np.shape(v) == (3, 0)

@@ -48,6 +48,11 @@ KINKS = np.array([-3.0, -1.0, 0.0, 0.5, 3.0, 6.0, 7.5, -0.0], F32)
 """The kinks of relu6, leaky_relu and softplus."""
 
 
+def _svd_invariants(t, x):
+    s, u, v = t.linalg.svd(x)
+    return s, t.math.abs(u), t.math.abs(v), t.matmul(u * t.expand_dims(s, -2), v, transpose_b=True)
+
+
 CASES = [
     # ---- elementwise math ---------------------------------------------
     Case("sign", lambda t, x: t.math.sign(x), [HALVES]),
@@ -179,6 +184,33 @@ CASES = [
         "clip_by_global_norm_no_clip",
         lambda t, a, b: tuple(t.clip_by_global_norm([a, b], 100.0)[0]),
         [normal(21, 2), normal(22, 3)],
+    ),
+    Case(
+        "norm_2",
+        lambda t, x, y: (
+            t.norm(x, ord=2, axis=[0, 1]),
+            t.norm(y, ord=2, axis=(2, 0)),
+            t.linalg.norm(y, ord=2, axis=[-1, -2], keepdims=True),
+            t.norm(x, ord=2, axis=(1, 0), keepdims=True),
+        ),
+        [normal(57, 3, 4), normal(58, 3, 2, 5)],
+        rtol=1e-5,
+        atol=1e-5,
+    ),
+    Case(
+        "svd_values",
+        lambda t, x, y: (t.linalg.svd(x, compute_uv=False), t.linalg.svd(y, compute_uv=False)),
+        [normal(59, 4, 3), normal(72, 2, 3, 5)],
+        rtol=1e-5,
+        atol=1e-5,
+    ),
+    # u and v up to the signs of a pair (LAPACK's in xtpu, Eigen's in TF): |u|, |v| and u diag(s) v^T
+    Case(
+        "svd_vectors",
+        lambda t, x, y: _svd_invariants(t, x) + _svd_invariants(t, y),
+        [normal(74, 2, 3, 5, dtype=F64), normal(75, 5, 3, dtype=F64)],
+        rtol=1e-9,
+        atol=1e-9,
     ),
     # ---- array ops --------------------------------------------------------
     Case(
@@ -345,6 +377,7 @@ ERROR_CASES = [
         "must have the same shape",
     ),
     ("average_loss_scalar", lambda t, x: t.nn.compute_average_loss(x), [np.float32(1.0)], "at least rank 1"),
+    ("svd_vector", lambda t, x: t.linalg.svd(x), [normal(73, 4)], "rank >= 2"),
 ]
 
 
@@ -362,4 +395,10 @@ NAMES = [
     *[("nn", n) for n in ("softmax_cross_entropy_with_logits", "sigmoid_cross_entropy_with_logits", "dropout")],
     *[("nn", n) for n in ("compute_average_loss", "l2_normalize")],
     ("random", "stateless_truncated_normal"),
+    # the indexing, sorting and arg-reduction names (test_indexing_tf.py compares their values)
+    *[("", n) for n in ("gather", "gather_nd", "scatter_nd", "tensor_scatter_nd_update", "tensor_scatter_nd_add")],
+    *[("", n) for n in ("sort", "argsort", "argmax", "argmin", "one_hot", "where")],
+    *[("math", n) for n in ("top_k", "in_top_k", "argmax", "argmin", "unsorted_segment_sum")],
+    ("nn", "embedding_lookup"),
+    ("linalg", "svd"),
 ]
