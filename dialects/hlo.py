@@ -41,7 +41,7 @@ from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.str_enum import StrEnum
 
-from xtpu.dialects import dense_syntax
+from xtpu.dialects import dense_syntax, intra_op
 from xtpu.dialects import vjp_util as G
 from xtpu.dialects.primitive import (
     EnumParam,
@@ -1124,7 +1124,7 @@ class DotGeneralOp(PrimitiveOp):
             def matmul_2d(x, y, out=None):
                 # Transposed views keep BLAS's no-copy transpose flags.
                 if x.ndim == 2 and y.ndim == 2:
-                    return np.matmul(x if l_c == 1 else x.T, y if r_c == 0 else y.T, out=out)
+                    return intra_op.matmul(x if l_c == 1 else x.T, y if r_c == 0 else y.T, out=out)
                 r = np.tensordot(x, y, axes=([l_c], [r_c]))
                 if out is None:
                     return r
@@ -1145,9 +1145,9 @@ class DotGeneralOp(PrimitiveOp):
             xm = np.transpose(x, lb + lf + lc).reshape(b, m, k)
             ym = np.transpose(y, rb + rc + rf).reshape(b, k, n)
             if out is not None:
-                np.matmul(xm, ym, out=out.reshape(b, m, n))
+                intra_op.matmul(xm, ym, out=out.reshape(b, m, n))
                 return out
-            return np.matmul(xm, ym).reshape(bshape + [x.shape[d] for d in lf] + [y.shape[d] for d in rf])
+            return intra_op.matmul(xm, ym).reshape(bshape + [x.shape[d] for d in lf] + [y.shape[d] for d in rf])
 
         return run
 

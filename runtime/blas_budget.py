@@ -15,6 +15,17 @@ else the cores this process may run on (``os.sched_getaffinity``). When it
 is not set explicitly, a run of one device worker leaves BLAS as it is.
 Under MPI each rank has its own budget (set ``XTPU_INTRA_OP_THREADS`` per
 rank, e.g. cores / ranks per machine).
+
+A program with large matmuls (``limit(workers, split=True)``: the executor
+asks for it when a ``dot_general`` has at least
+:data:`xtpu.dialects.intra_op.MIN_WORK` multiply-adds) holds BLAS at one
+thread instead and gives its worker's threads to xtpu's own split of each
+large matmul (:mod:`xtpu.dialects.intra_op`): OpenBLAS's threads wait for
+each other spinning, so with another process on one of 2 cores a matmul on
+2 OpenBLAS threads ran 2-3x slower than on 1, where the two halves of it on
+2 threads of a pool that blocks ran no slower than on 1.  With one worker
+and no budget set, the threads of the split are BLAS's count as found
+(``OPENBLAS_NUM_THREADS=1`` means no split).
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import os
 import threading
 from typing import Any
 
+from xtpu.dialects import intra_op as _split
 from xtpu.runtime.thread_settings import intra_op
 
 __all__ = [
@@ -112,34 +124,45 @@ class _Limit:
     threadpoolctl limiters restored out of order would leave BLAS at the
     wrong count).  Each library's count is read and set directly through
     threadpoolctl's controller, and only set when it differs: a limiter
-    object per run cost 12 us of an 8-replica step."""
+    object per run cost 12 us of an 8-replica step.
 
-    __slots__ = ("n",)
+    With ``split``, BLAS is held at one thread and large matmuls are split
+    over ``n`` threads (BLAS's count as found when ``n`` is None) by
+    :mod:`xtpu.dialects.intra_op` instead."""
 
-    def __init__(self, n: int | None) -> None:
+    __slots__ = ("n", "split")
+
+    def __init__(self, n: int | None, split: bool = False) -> None:
         self.n = n
+        self.split = split
 
     def __enter__(self) -> None:
         global _users
         n = self.n
-        if n is None:
+        if n is None and not self.split:
             return
         with _lock:
             if _users == 0:
+                found = []
+                blas = 1 if self.split else n
                 for c in _blas_controllers():
                     had = c.get_num_threads()
-                    if had != n:
-                        _set_threads(c, n)
+                    found.append(had)
+                    if had != blas:
+                        _set_threads(c, blas)
                         _restore.append((c, had))
+                if self.split:
+                    _split.set_parts(n if n is not None else min(max(found, default=1), cores()))
             _users += 1
 
     def __exit__(self, *exc: Any) -> None:
         global _users
-        if self.n is None:
+        if self.n is None and not self.split:
             return
         with _lock:
             _users -= 1
             if _users == 0:
+                _split.set_parts(1)
                 while _restore:
                     c, had = _restore.pop()
                     _set_threads(c, had)
@@ -148,10 +171,11 @@ class _Limit:
 _LIMITS: dict = {}
 
 
-def limit(workers: int) -> _Limit:
-    """A context holding BLAS at :func:`threads_per_worker` threads."""
+def limit(workers: int, split: bool = False) -> _Limit:
+    """A context holding BLAS at :func:`threads_per_worker` threads, or
+    (``split``) at one thread with large matmuls split over that many."""
     n = threads_per_worker(workers)
-    lim = _LIMITS.get(n)
+    lim = _LIMITS.get((n, split))
     if lim is None:
-        lim = _LIMITS[n] = _Limit(n)
+        lim = _LIMITS[n, split] = _Limit(n, split)
     return lim

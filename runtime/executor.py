@@ -41,7 +41,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Block, Operation
 
-from xtpu.dialects import ccl, tpu
+from xtpu.dialects import ccl, hlo, intra_op, tpu
 from xtpu.dialects.host_variables import HostVariableUpdateOp
 from xtpu.dialects.infeed import InfeedDequeueTupleOp
 from xtpu.dialects.ir_text import op_position
@@ -186,6 +186,9 @@ class Executable:
             "device",
             keeps_operands=_keeps_operands,  # buffers planned by liveness (runtime/buffers.py)
         )
+        # Large matmuls split over xtpu's own threads, BLAS on one
+        # (runtime/blas_budget.py, dialects/intra_op.py).
+        self._split = self.replicate is not None and _has_large_matmul(self.replicate)
         # One kernel tuple per participant p = r * C + c (built below).
         self.device_kernels = _ParticipantKernels(
             self.num_replicas * self.num_cores,
@@ -567,7 +570,7 @@ class Executable:
                 tasks.append(
                     (f"device replica {r} core {c}", lambda r=r, c=c, args=per_core[c]: self._core_task(r, c, args))
                 )
-        with blas_budget.limit(len(tasks)):
+        with blas_budget.limit(len(tasks), self._split):
             results = run_workers(tasks, self.abort)
         if self.world is not None:  # only this rank's replicas ran
             results = self._all_replicas([tuple(results[i * C : (i + 1) * C]) for i in range(len(self.local_replicas))])
@@ -588,7 +591,7 @@ class Executable:
         if self.world is None and n == 1 and not self.host_workers:
             # One replica and no host: its worker is this thread (run_workers
             # would run it here too; this skips its bookkeeping).
-            with blas_budget.limit(1):
+            with blas_budget.limit(1, self._split):
                 out = self._device_task(0, list(flat))
             return out[0] if len(out) == 1 else (out or None)
         threads = self.replica_threads
@@ -615,7 +618,7 @@ class Executable:
         for r in self.local_replicas:
             args = [flat[i * n + r] for i in range(k)]
             tasks.append((f"device replica {r}", lambda r=r, args=args: self._device_task(r, args)))
-        with blas_budget.limit(blas_workers):
+        with blas_budget.limit(blas_workers, self._split):
             results = run_workers(tasks, self.abort)
         return _by_output(
             self._all_replicas(results, getattr(self, "_shared_outputs", None)), n, self._outputs_per_replica
@@ -661,7 +664,7 @@ class Executable:
                     "; ".join(f"replicas {b}" for b, _, _ in groups),
                 )
                 t0 = time.perf_counter()
-            with blas_budget.limit(threads):
+            with blas_budget.limit(threads, self._split):
                 if threads == 1:
                     block, plan, kernels = groups[0]
                     outs = [
@@ -1180,3 +1183,19 @@ def _all_reduced_outputs(exe: Executable) -> list | None:
                         donors[r] = r if r in local else mine[0]
         out.append(donors)
     return out if any(d is not None for d in out) else None
+
+
+def _has_large_matmul(replicate: Operation) -> bool:
+    """Whether a ``dot_general`` in ``replicate`` has at least
+    :data:`intra_op.MIN_WORK` multiply-adds (its result's elements times
+    its contracted size)."""
+    for op in replicate.walk():
+        if isinstance(op, hlo.DotGeneralOp):
+            lhs = TensorSpec.of_type(op.operands[0].type).shape
+            out = TensorSpec.of_type(op.results[0].type).shape
+            k = 1
+            for d in op.params()["lhs_contracting_dimensions"]:
+                k *= lhs[d]
+            if k * int(np.prod(out, dtype=np.int64)) >= intra_op.MIN_WORK:
+                return True
+    return False

@@ -1,0 +1,181 @@
+"""Large matmuls split over xtpu's own threads (dialects/intra_op.py) while
+a compiled step with one runs, BLAS held at one thread
+(runtime/blas_budget.py ``limit(..., split=True)``)."""
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+import xtpu
+from xtpu.dialects import intra_op
+from xtpu.runtime import blas_budget
+
+
+def numpy_blas_threads():
+    return [m["num_threads"] for m in threadpool_info() if m["user_api"] == "blas" and "numpy" in m["filepath"]]
+
+
+@pytest.fixture
+def parts():
+    def set_(n):
+        intra_op.set_parts(n)
+
+    yield set_
+    intra_op.set_parts(1)
+
+
+@pytest.mark.parametrize(
+    "xs,ys",
+    [
+        ((1024, 256), (256, 1024)),  # rows
+        ((1023, 257), (257, 511)),  # uneven rows
+        ((3, 4096), (4096, 1024)),  # too few rows: columns
+        ((32, 128, 64), (32, 64, 128)),  # batch
+        ((1, 2048, 64), (1, 64, 512)),  # batch of one: rows
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_split_matmul_is_the_same_blas_call_on_each_piece(parts, xs, ys, dtype, n):
+    """Each piece is ``np.matmul`` on a slice: bit for bit the pieces'
+    own products, and within float rounding of the unsplit product."""
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ys).astype(dtype)
+    parts(n)
+    got = intra_op.matmul(x, y)
+    out = np.full_like(got, np.nan)
+    assert intra_op.matmul(x, y, out=out) is out
+    np.testing.assert_array_equal(out, got)
+    m, cols = x.shape[-2], y.shape[-1]
+    if x.ndim == 3 and x.shape[0] >= n:
+        kind, axis, size = "batch", 0, x.shape[0]
+    elif m >= 2 * n:
+        kind, axis, size = "rows", x.ndim - 2, m
+    else:
+        kind, axis, size = "cols", x.ndim - 1, cols
+    step = -(-size // n)
+    for a in range(0, size, step):
+        s = [slice(None)] * x.ndim
+        s[axis] = slice(a, a + step)
+        s = tuple(s)
+        want = {
+            "batch": lambda: np.matmul(x[s], y[s]),
+            "rows": lambda: np.matmul(x[s], y),
+            "cols": lambda: np.matmul(x, y[s]),
+        }[kind]()
+        np.testing.assert_array_equal(got[s], want)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, np.matmul(x, y), rtol=tol, atol=tol * np.sqrt(x.shape[-1]))
+
+
+def test_small_matmuls_and_bad_shapes_are_numpy_s(parts):
+    parts(2)
+    x = np.ones((4, 3), np.float32)
+    np.testing.assert_array_equal(intra_op.matmul(x, x.T), np.matmul(x, x.T))
+    big = np.ones((2048, 64), np.float32)
+    with pytest.raises(ValueError, match="matmul"):
+        intra_op.matmul(big, np.ones((32, 2048), np.float32))  # numpy's own error
+
+
+def step(x, w):
+    return xtpu.math.tanh(xtpu.matmul(x, w))
+
+
+def _spied_run(monkeypatch, c, inputs):
+    seen = []
+    real = intra_op.matmul
+
+    def spy(x, y, out=None):
+        seen.append((intra_op.parts(), tuple(numpy_blas_threads())))
+        return real(x, y, out=out)
+
+    monkeypatch.setattr(intra_op, "matmul", spy)
+    return c(inputs), seen
+
+
+@pytest.mark.parametrize("found", [1, 2])
+def test_a_step_with_a_large_matmul_splits_it_over_the_threads_blas_had(monkeypatch, found):
+    """One replica, no budget set: the step's matmul runs split over as many
+    threads as BLAS had (``OPENBLAS_NUM_THREADS=1``: not split), BLAS on one
+    thread while the step runs, restored after; the result is the split
+    product's."""
+    if not numpy_blas_threads():
+        pytest.skip("numpy has no BLAS that threadpoolctl controls")
+    monkeypatch.delenv("XTPU_INTRA_OP_THREADS", raising=False)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((512, 256)).astype(np.float32)
+    w = rng.standard_normal((256, 512)).astype(np.float32)
+    c = xtpu.lower(step, [[x, w]]).compile()
+    assert c.executable._split
+    with threadpool_limits(limits=found, user_api="blas"):
+        (out,), seen = _spied_run(monkeypatch, c, [[x, w]])
+        assert seen == [(found, (1,) * len(numpy_blas_threads()))]
+        assert numpy_blas_threads() == [found] * len(numpy_blas_threads())
+    assert intra_op.parts() == 1
+    intra_op.set_parts(found)
+    try:
+        want = np.tanh(intra_op.matmul(x, w))
+    finally:
+        intra_op.set_parts(1)
+    np.testing.assert_array_equal(np.asarray(out[0]), want)
+
+
+def test_a_step_of_small_matmuls_leaves_blas_as_it_is(monkeypatch):
+    if not numpy_blas_threads():
+        pytest.skip("numpy has no BLAS that threadpoolctl controls")
+    monkeypatch.delenv("XTPU_INTRA_OP_THREADS", raising=False)
+    x = np.ones((8, 16), np.float32)
+    c = xtpu.lower(step, [[x, x.T]]).compile()
+    assert not c.executable._split
+    with threadpool_limits(limits=2, user_api="blas"):
+        (out,), seen = _spied_run(monkeypatch, c, [[x, x.T]])
+        assert seen == [(1, (2,) * len(numpy_blas_threads()))]
+    np.testing.assert_allclose(np.asarray(out[0]), np.tanh(x @ x.T), rtol=1e-6)
+
+
+def test_replicas_share_the_budget_with_the_split(monkeypatch):
+    """Two replicas on a budget of 4 cores: 2 threads each for the split,
+    BLAS on one."""
+    if not numpy_blas_threads():
+        pytest.skip("numpy has no BLAS that threadpoolctl controls")
+    xtpu.config.threading.set_intra_op_parallelism_threads(4)
+    try:
+        rng = np.random.default_rng(2)
+        inputs = [[rng.standard_normal((512, 256)).astype(np.float32), np.eye(256, 512, dtype=np.float32)]] * 2
+        c = xtpu.lower(step, inputs).compile()
+        out, seen = _spied_run(monkeypatch, c, inputs)
+    finally:
+        xtpu.config.threading.set_intra_op_parallelism_threads(0)
+    assert seen and {s[0] for s in seen} == {2} and {s[1] for s in seen} == {(1,) * len(numpy_blas_threads())}
+    for r in range(2):
+        np.testing.assert_allclose(np.asarray(out[r][0]), np.tanh(inputs[r][0] @ inputs[r][1]), rtol=1e-5, atol=1e-6)
+    assert blas_budget._users == 0
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork")
+def test_a_forked_child_splits_on_a_pool_of_its_own(parts):
+    """The pool's threads are not in a forked child: it starts its own
+    (a piece handed to the parent's pool would never run: a hang)."""
+    import os
+
+    parts(2)
+    x = np.ones((512, 512), np.float32)
+    intra_op.matmul(x, x)  # the parent's pool exists
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the split product is right
+        ok = False
+        try:
+            ok = np.array_equal(intra_op.matmul(x, x), np.full((512, 512), 512, np.float32))
+        finally:
+            os._exit(0 if ok else 1)
+    deadline_waits = 0
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        deadline_waits += 1
+        if deadline_waits > 600:
+            os.kill(pid, 9)
+            pytest.fail("the forked child hung in a split matmul")
+        __import__("time").sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
