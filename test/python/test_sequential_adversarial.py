@@ -744,7 +744,9 @@ def test_the_rerun_of_a_diverged_step_gives_blas_the_threads_modes_threads(monke
     monkeypatch.setattr(blas_budget, "cores", lambda: 4)
     seen = []
     limit = blas_budget.limit
-    monkeypatch.setattr(blas_budget, "limit", lambda workers: seen.append(workers) or limit(workers))
+    monkeypatch.setattr(
+        blas_budget, "limit", lambda workers, split=False: seen.append(workers) or limit(workers, split)
+    )
 
     def step(v, n):
         def body(i, a):
