@@ -42,6 +42,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 
+from xtpu.dialects import intra_op
 from xtpu.dialects import vjp_util as G
 from xtpu.dialects.hlo import NUMERIC, ReductionKindAttr, accumulate_as, low_precision_in_f32, reduction_ufunc
 from xtpu.dialects.hlo_math import ReverseOp
@@ -607,7 +608,7 @@ def _conv_im2col(
     # w [*K, Cg, O] -> [G, *K, Cg, Og]
     wg = wc.reshape(*ksz, cg, ngroups, og)
     wg = np.moveaxis(wg, nsp + 1, 0).reshape(ngroups, kprod * cg, og)
-    res = np.matmul(cols, wg)  # [G, nb*M, Og]
+    res = intra_op.matmul(cols, wg)  # [G, nb*M, Og], split over the run's threads
     res = res.reshape(ngroups, nb, *osz, og)
     res = np.moveaxis(res, 0, -2).reshape(canon_shape)
     return np.transpose(res, out_perm) if out_perm != list(range(x.ndim)) else res

@@ -42,6 +42,7 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Block, Operation
 
 from xtpu.dialects import ccl, hlo, intra_op, tpu
+from xtpu.dialects.hlo_window import ConvolutionOp, conv_params
 from xtpu.dialects.host_variables import HostVariableUpdateOp
 from xtpu.dialects.infeed import InfeedDequeueTupleOp
 from xtpu.dialects.ir_text import op_position
@@ -1186,16 +1187,20 @@ def _all_reduced_outputs(exe: Executable) -> list | None:
 
 
 def _has_large_matmul(replicate: Operation) -> bool:
-    """Whether a ``dot_general`` in ``replicate`` has at least
-    :data:`intra_op.MIN_WORK` multiply-adds (its result's elements times
-    its contracted size)."""
+    """Whether a ``dot_general`` or ``convolution`` in ``replicate`` has at
+    least :data:`intra_op.MIN_WORK` multiply-adds (its result's elements
+    times the size contracted for each: the contracting dimensions; the
+    kernel's elements per output feature)."""
     for op in replicate.walk():
         if isinstance(op, hlo.DotGeneralOp):
             lhs = TensorSpec.of_type(op.operands[0].type).shape
-            out = TensorSpec.of_type(op.results[0].type).shape
-            k = 1
-            for d in op.params()["lhs_contracting_dimensions"]:
-                k *= lhs[d]
-            if k * int(np.prod(out, dtype=np.int64)) >= intra_op.MIN_WORK:
-                return True
+            k = int(np.prod([lhs[d] for d in op.params()["lhs_contracting_dimensions"]], dtype=np.int64))
+        elif isinstance(op, ConvolutionOp):
+            rhs = TensorSpec.of_type(op.operands[1].type).shape
+            dn = conv_params(len(rhs), **op.params())["dimension_numbers"]
+            k = int(np.prod(rhs, dtype=np.int64)) // max(1, rhs[dn.rhs[0]])
+        else:
+            continue
+        if k * int(np.prod(TensorSpec.of_type(op.results[0].type).shape, dtype=np.int64)) >= intra_op.MIN_WORK:
+            return True
     return False

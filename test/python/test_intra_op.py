@@ -179,3 +179,22 @@ def test_a_forked_child_splits_on_a_pool_of_its_own(parts):
             pytest.fail("the forked child hung in a split matmul")
         __import__("time").sleep(0.05)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_step_with_a_large_convolution_splits_it(monkeypatch):
+    """A convolution's im2col product is split like a matmul: [8, 32, 32, 16]
+    by 3x3x16x32 (37.7M multiply-adds); the values equal the eager ones."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 32, 32, 16)).astype(np.float32)
+    w = (rng.standard_normal((3, 3, 16, 32)) * 0.1).astype(np.float32)
+
+    def conv(x, w):
+        return xtpu.nn.conv2d(x, w, 1, "SAME")
+
+    c = xtpu.lower(conv, [[x, w]]).compile()
+    assert c.executable._split
+    small = xtpu.lower(conv, [[x[:1, :4, :4], w[:, :, :, :2]]]).compile()
+    assert not small.executable._split  # 1x4x4x2 outputs of 144 products
+    (out,), seen = _spied_run(monkeypatch, c, [[x, w]])
+    assert seen and all(p == max(1, seen[0][0]) for p, _ in seen)
+    np.testing.assert_allclose(np.asarray(out[0]), np.asarray(conv(x, w)), rtol=1e-4, atol=1e-4)
