@@ -17,7 +17,9 @@ alike: a gather (``gather``, ``gather_nd``, ``embedding_lookup``) returns
 zeros for an index outside ``[0, dim)`` and sends it no gradient; a scatter
 (``scatter_nd``, ``tensor_scatter_nd_*``, ``unsorted_segment_*``) drops such
 an update; ``one_hot`` gives a row of ``off_value``.  (TF on CPU raises
-``InvalidArgumentError`` for the gathers and scatters instead.)
+``InvalidArgumentError`` for the gathers and scatters instead, unless
+``bad_indices_policy="IGNORE"``, which gives xtpu's values; xtpu takes TF
+2.21's ``bad_indices_policy`` where TF has it, ``"ERROR"`` eagerly only.)
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ Each case runs eagerly, compiled in ``xtpu.replicate`` over 1 and 2
 replicas, and through its gradient (``GradientTape`` eagerly,
 ``xtpu.gradients`` compiled over 2 replicas), against TF's values: ties,
 default dtypes, repeated indices and the out-of-range ids TF on CPU
-defines.  Out-of-range gathers and scatters (TF on CPU refuses them; xtpu
-follows TF on TPU / GPU: zeros, dropped updates) are compared with JAX's
-``mode="fill"`` / ``mode="drop"``.  The ops' cost is checked too: no op
+defines.  Out-of-range gathers and scatters (TF on CPU refuses them by
+default; xtpu follows TF on TPU / GPU: zeros, dropped updates) are compared
+with TF's own values under ``bad_indices_policy="IGNORE"`` (TF 2.21) and
+with JAX's ``mode="fill"`` / ``mode="drop"``.  The ops' cost is checked too: no op
 builds a tensor of the size of the table times the ids.
 """
 

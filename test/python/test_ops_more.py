@@ -160,3 +160,14 @@ def test_svd_refuses_what_it_does_not_compute():
         xtpu.linalg.svd(np.ones((2, 3), np.int32))
     s, u, v = xtpu.linalg.svd(np.zeros((0, 3), np.float32))
     assert np.shape(s) == (0,) and np.shape(u) == (0, 0) and np.shape(v) == (3, 0)
+
+
+def test_bad_indices_policy_accepts_tfs_values_only():
+    """TF 2.21's ``bad_indices_policy``: '' / 'DEFAULT' / 'IGNORE' give
+    xtpu's zeros (TF's IGNORE values: test_indexing_tf.py); 'ERROR' with
+    indices in range gathers; anything else is refused."""
+    x = np.arange(12.0).reshape(4, 3)
+    for policy in ("", "DEFAULT", "IGNORE", "ERROR"):
+        np.testing.assert_array_equal(xtpu.gather_nd(x, [[1], [2]], bad_indices_policy=policy), x[1:3])
+    with pytest.raises(ValueError, match="bad_indices_policy must be one of"):
+        xtpu.tensor_scatter_nd_add(x, [[1]], np.ones((1, 3)), bad_indices_policy="error")

@@ -378,6 +378,18 @@ ERROR_CASES = [
     ),
     ("average_loss_scalar", lambda t, x: t.nn.compute_average_loss(x), [np.float32(1.0)], "at least rank 1"),
     ("svd_vector", lambda t, x: t.linalg.svd(x), [normal(73, 4)], "rank >= 2"),
+    (
+        "gather_nd_error_policy",
+        lambda t, x, i: t.gather_nd(x, i, bad_indices_policy="ERROR"),
+        [normal(76, 4, 3), np.array([[1], [7]], I32)],
+        "bad_indices_policy='ERROR'",
+    ),
+    (
+        "scatter_nd_error_policy",
+        lambda t, i, u: t.scatter_nd(i, u, [4], bad_indices_policy="ERROR"),
+        [np.array([[1], [-1]], I32), normal(77, 2)],
+        "bad_indices_policy='ERROR'",
+    ),
 ]
 
 

@@ -15,8 +15,10 @@ the lower index first; in_top_k counts tied entries in), default dtypes
 (argmax int64, argsort and top_k int32), out-of-range ids where TF on CPU
 defines them (one_hot rows of zeros, unsorted_segment_* dropping negative
 ids), repeated indices (scatter_nd sums), dtypes (float32, float64, int32,
-int64).  Out-of-range gathers, which TF on CPU refuses, are compared with
-JAX's ``mode="fill"`` in the test instead.
+int64).  Out-of-range gathers and scatters, which TF on CPU refuses by
+default, are TF's values under ``bad_indices_policy="IGNORE"`` (values only:
+TF's gradients of them raise on CPU), and compared with JAX's
+``mode="fill"`` in the test too.
 """
 
 from __future__ import annotations
@@ -282,6 +284,43 @@ CASES += [
     ("top_k-f16-ties", "top_k", [rng2.integers(0, 3, (2, 6)).astype(np.float16)], {"k": 4}, [0]),
     ("argmax-uint16", "argmax", [rng2.integers(0, 3, (3, 5)).astype(np.uint16)], {"axis": 1}, []),
     ("argmin-f16", "argmin", [rng2.integers(0, 3, (4, 3)).astype(np.float16)], {}, []),
+]
+
+
+rng3 = np.random.default_rng(20261128)  # the cases below: earlier cases' inputs and cotangents unchanged
+
+CASES += [
+    # TF 2.21's bad_indices_policy="IGNORE": out-of-range index vectors give zeros / drop their
+    # updates on CPU too, xtpu's rule for every policy but "ERROR".  Values only: TF's gradients of
+    # these ops index with the default policy and raise on CPU for those ids.
+    (
+        "gather_nd-ignore",
+        "gather_nd",
+        [rng3.standard_normal((4, 3)).astype(np.float32), i32(1, 7, -1, 2, 0, 4).reshape(6, 1)],
+        {"bad_indices_policy": "IGNORE"},
+        [],
+    ),
+    (
+        "gather_nd-ignore-elements",
+        "gather_nd",
+        [rng3.standard_normal((4, 3)), i64(1, 2, 3, 3, 0, -1, 2, 0).reshape(4, 2)],
+        {"bad_indices_policy": "IGNORE"},
+        [],
+    ),
+    (
+        "scatter_nd-ignore",
+        "scatter_nd",
+        [i32(1, 7, -2, 1).reshape(4, 1), rng3.standard_normal((4, 3)).astype(np.float32)],
+        {"shape": [5, 3], "bad_indices_policy": "IGNORE"},
+        [],
+    ),
+    (
+        "tensor_scatter_nd_add-ignore",
+        "tensor_scatter_nd_add",
+        [rng3.standard_normal((5, 2)), i64(4, 5, 0, -3).reshape(4, 1), rng3.standard_normal((4, 2))],
+        {"bad_indices_policy": "IGNORE"},
+        [],
+    ),
 ]
 
 
