@@ -41,6 +41,7 @@ from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.str_enum import StrEnum
 
+from xtpu.dialects import bfloat16 as B16
 from xtpu.dialects import dense_syntax, intra_op
 from xtpu.dialects import vjp_util as G
 from xtpu.dialects.primitive import (
@@ -73,38 +74,59 @@ _LOW = tuple(numpy_dtype(d) for d in LOW_PRECISION_FLOATS)
 _LOW_SET = frozenset(_LOW)
 
 
+def narrow(x: Any, dtype: Any) -> np.ndarray:
+    """A float32 result rounded once to ``dtype`` (bfloat16, float16: to
+    nearest, ties to even; bfloat16 with :func:`xtpu.dialects.bfloat16.round_f32`,
+    ml_dtypes' bits at float32 speed)."""
+    x = np.asarray(x)
+    if dtype == B16.BF16 and x.dtype == _F32:
+        return B16.round_f32(x)
+    return x.astype(dtype)
+
+
 def low_precision_in_f32(fn, dtype: str | None = None, round_back: bool = True):
     """The kernel ``fn`` with XLA's float normalization of one HLO op: on
     bfloat16 / float16 operands it computes in float32 (widening is exact)
     and rounds the result once to the operands' dtype (to nearest, ties to
     even; ``round_back=False`` for ops with a bool result).  This is
     ml_dtypes' own arithmetic, at numpy's float32 speed (ml_dtypes'
-    element-by-element loops are 50-300x slower).
+    element-by-element loops are 50-300x slower); bfloat16 ``add``,
+    ``subtract``, ``multiply`` and ``divide`` run as one compiled pass
+    (:func:`xtpu.dialects.bfloat16.binary`, the same bits).
 
     ``dtype`` is the operands' dtype when the planner knows it (then other
     dtypes call ``fn`` itself, at no cost); None checks it at each call."""
     if dtype is not None and dtype not in LOW_PRECISION_FLOATS:
         return fn
+    one_pass = round_back and fn in B16.BINARY_UFUNCS
 
     def run(*xs):
         dt = np.asarray(xs[0]).dtype
         if dt in _LOW_SET:
-            out = fn(*(np.asarray(x, dtype=_F32) for x in xs))
-            return np.asarray(out).astype(dt) if round_back else out
+            if one_pass and dt == B16.BF16:
+                return B16.binary(fn, *xs)
+            out = fn(*(B16.widen(x) for x in xs))
+            return narrow(out, dt) if round_back else out
         return fn(*xs)
 
     return run
 
 
-def ufunc_into(ufunc: Any, dtype: str | None) -> Callable[..., Any] | None:
+def ufunc_into(ufunc: Any, dtype: str | None, round_back: bool = True) -> Callable[..., Any] | None:
     """``f(out, *xs)``: ``ufunc(*xs, out=out)``, the kernel
-    ``low_precision_in_f32(ufunc, dtype)`` writing into ``out`` (the same
-    loop, the same bits); None on bfloat16 / float16 (that kernel computes in
-    float32 and rounds) or when ``dtype`` is unknown or ``ufunc`` is not a
-    one-output ufunc."""
-    if dtype is None or dtype in LOW_PRECISION_FLOATS or not isinstance(ufunc, np.ufunc) or ufunc.nout != 1:
+    ``low_precision_in_f32(ufunc, dtype, round_back)`` writing into ``out``
+    (the same loop, the same bits; on bfloat16 the float32 result rounded
+    into ``out``, or a bool result written as it is); None on float16, when
+    ``dtype`` is unknown or when ``ufunc`` is not a one-output ufunc."""
+    if dtype is None or dtype == "float16" or not isinstance(ufunc, np.ufunc) or ufunc.nout != 1:
         return None
-    return lambda out, *xs: ufunc(*xs, out=out)
+    if dtype != "bfloat16":
+        return lambda out, *xs: ufunc(*xs, out=out)
+    if not round_back:
+        return lambda out, *xs: ufunc(*map(B16.widen, xs), out=out)
+    if ufunc.nin == 2:
+        return lambda out, x, y: B16.binary(ufunc, x, y, out=out)
+    return lambda out, *xs: B16.round_f32(ufunc(*map(B16.widen, xs)), out=out)
 
 
 # --------------------------------------------------------------------------
@@ -339,13 +361,13 @@ class DivideOp(ElementwiseBinary):
 
     @classmethod
     def kernel(cls, element_dtype=None, **params):
-        return low_precision_in_f32(_divide, element_dtype)
+        return low_precision_in_f32(np.true_divide if element_dtype in FLOATS else _divide, element_dtype)
 
     @classmethod
     def out_kernel(cls, element_dtype=None, **params):
-        """``np.true_divide`` with ``out=`` on float32 / float64 (the float
-        branch of the kernel); None on integers and bfloat16 / float16."""
-        return ufunc_into(np.true_divide, element_dtype) if element_dtype in ("float32", "float64") else None
+        """``np.true_divide`` with ``out=`` on float32 / float64 / bfloat16
+        (the float branch of the kernel); None on integers and float16."""
+        return ufunc_into(np.true_divide, element_dtype) if element_dtype in FLOATS else None
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, skip_input_indices=(), **params):
@@ -615,8 +637,9 @@ class CompareOp(PrimitiveOp):
 
     @classmethod
     def out_kernel(cls, comparison_direction, element_dtype=None, **_):
-        """The comparison ufunc with ``out=`` (not on bfloat16 / float16)."""
-        return ufunc_into(_COMPARE[comparison_direction], element_dtype)
+        """The comparison ufunc with ``out=`` (not on float16; bfloat16
+        operands compared as float32, exactly)."""
+        return ufunc_into(_COMPARE[comparison_direction], element_dtype, round_back=False)
 
 
 @irdl_op_definition
@@ -712,8 +735,28 @@ def _select_into(out, pred, on_true, on_false):
 
 
 def _convert_into(out, x):
-    np.copyto(out, x, casting="unsafe")
+    x = np.asarray(x)
+    if out.dtype == B16.BF16 and x.dtype == _F32:
+        return B16.round_f32(x, out=out)
+    np.copyto(out, B16.widen(x) if x.dtype == B16.BF16 and not x.flags.c_contiguous else x, casting="unsafe")
     return out
+
+
+def _convert(np_dtype):
+    """``hlo.convert``'s kernel: ``astype``; float32 to bfloat16 rounds with
+    :func:`narrow`, bfloat16 to float32 widens a broadcast operand once per
+    element."""
+
+    def run(x):
+        x = np.asarray(x)
+        if np_dtype == B16.BF16:
+            return narrow(x, np_dtype)
+        if x.dtype == B16.BF16 and np_dtype == _F32:
+            w = B16.widen(x)
+            return w if w.flags.owndata else np.array(w)
+        return x.astype(np_dtype)
+
+    return run
 
 
 @irdl_op_definition
@@ -739,8 +782,7 @@ class ConvertOp(PrimitiveOp):
 
     @classmethod
     def kernel(cls, dtype, **_):
-        np_dtype = numpy_dtype(dtype)
-        return lambda x: np.asarray(x).astype(np_dtype)
+        return _convert(numpy_dtype(dtype))
 
     OUT_IN_PLACE: ClassVar[bool] = True
 
@@ -1250,6 +1292,10 @@ def _dot(lhs, rhs, lb, rb, lc, rc, wide=None):
     return out if wide in (None, dt) else G.convert(out, dt)
 
 
+def _widen_to(x, dtype):
+    return B16.widen(x) if x.dtype == B16.BF16 and dtype == _F32 else x.astype(dtype)
+
+
 def accumulate_as(fn, result_dtype=None):
     """``fn(x, y)``, a contraction, with TPU accumulation: operands of a
     low-precision float dtype (bfloat16, float16) are widened to float32
@@ -1270,8 +1316,8 @@ def accumulate_as(fn, result_dtype=None):
         if x.dtype == acc and y.dtype == acc:
             r = fn(x, y)
         else:
-            r = fn(x.astype(acc), y.astype(acc))
-        return r if acc == out else np.asarray(r).astype(out)
+            r = fn(_widen_to(x, acc), _widen_to(y, acc))
+        return r if acc == out else narrow(r, out)
 
     return run
 
@@ -1329,8 +1375,8 @@ class ReduceOp(PrimitiveOp):
                 # bfloat16 / float16 sums and products accumulate in float32
                 # and round once (XLA's and a TPU's reductions); max / min
                 # are exact either way, and float32 is numpy's fast path.
-                r = uf.reduce(x.astype(_F32), axis=axes, initial=np.float32(np.asarray(init)[()]))
-                return np.asarray(r).astype(x.dtype)
+                r = uf.reduce(B16.widen(x), axis=axes, initial=np.float32(np.asarray(init)[()]))
+                return narrow(r, x.dtype)
             return uf.reduce(x, axis=axes, dtype=x.dtype, initial=np.asarray(init)[()])
 
         return run

@@ -47,6 +47,7 @@ from time import monotonic
 
 import numpy as np
 
+from xtpu.dialects import bfloat16 as B16
 from xtpu.dialects.tensor_spec import np_kind
 
 from .blas_budget import budget
@@ -235,10 +236,13 @@ def reduce_in_order(values: Sequence[np.ndarray], reduction: str) -> np.ndarray:
 
 
 def _fold(fn, values: Sequence[np.ndarray], out: np.ndarray) -> None:
-    """``out = ((v0 fn v1) fn v2) ...`` in place."""
+    """``out = ((v0 fn v1) fn v2) ...`` in place (bfloat16 sums and products
+    one compiled pass each, ml_dtypes' bits: :func:`xtpu.dialects.bfloat16.binary`)."""
     if len(values) == 1:
         out[...] = values[0]
         return
+    if out.dtype == B16.BF16 and fn in B16.BINARY_UFUNCS:
+        fn = lambda a, b, out, f=fn: B16.binary(f, a, b, out=out)  # noqa: E731
     fn(values[0], values[1], out=out)
     for v in values[2:]:
         fn(out, v, out=out)

@@ -1,0 +1,180 @@
+"""The compiled bfloat16 kernels (xtpu.dialects.bfloat16) give ml_dtypes'
+bits: float32 -> bfloat16 rounding (to nearest, ties to even; a NaN to the
+quiet NaN with its sign) against ml_dtypes' ``astype`` (Eigen's rounding),
+and the one-pass add / subtract / multiply / divide against numpy's float32
+ufunc rounded by ml_dtypes (XLA's float normalization of one op) and
+against ml_dtypes' own bfloat16 ufuncs, on every special value, ties,
+subnormals and random bit patterns; the numpy fallback gives the same bits.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import xtpu
+from xtpu.dialects import bfloat16 as B16
+from xtpu.runtime.communicator import reduce_in_order
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+# float32 bit patterns: zeros, the smallest and largest subnormals, the
+# smallest normal, ties (a kept part even and odd), the largest finite
+# value and the values that round up to inf, inf, NaNs (quiet, signalling,
+# payloads in the high and in the low 16 bits, both signs).
+SPECIAL_F32 = np.array(
+    [
+        0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x00007FFF, 0x00008000, 0x00018000, 0x0000FFFF,
+        0x007FFFFF, 0x807FFFFF, 0x007F8000, 0x007F7FFF, 0x00800000, 0x80800000, 0x3F800000, 0x3F808000,
+        0x3F818000, 0x3F808001, 0x3F807FFF, 0xBF808000, 0xBF818000, 0x7F7F7FFF, 0x7F7F8000, 0x7F7FFFFF,
+        0xFF7F8000, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7F800001, 0x7F808000, 0x7FBFFFFF, 0x7FC00000,
+        0x7FC00001, 0x7FC12345, 0x7FFF8000, 0x7FFFFFFF, 0xFF800001, 0xFFC00000, 0xFFFF8000, 0xFFFFFFFF,
+    ],
+    dtype=np.uint32,
+)  # fmt: skip
+
+
+def _bits16(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).view(np.uint16)
+
+
+def _float32_cases() -> np.ndarray:
+    rng = np.random.default_rng(28)
+    random = rng.integers(0, 2**32, size=1 << 18, dtype=np.uint64).astype(np.uint32)
+    # every 65,537th pattern of all 2**32 (each exponent, mantissas of every kind)
+    stride = np.arange(0, 2**32, 65537, dtype=np.uint64).astype(np.uint32)
+    # ties and their neighbours at every exponent and sign
+    top = np.arange(1 << 16, dtype=np.uint32) << 16
+    ties = np.concatenate([top | 0x8000, top | 0x7FFF, top | 0x8001])
+    return np.concatenate([SPECIAL_F32, random, stride, ties]).view(np.float32)
+
+
+def _one_op(ufunc, a, b) -> np.ndarray:
+    """The reference: widened to float32 by ml_dtypes, numpy's float32 ufunc,
+    rounded once by ml_dtypes."""
+    return _bits16(ufunc(np.asarray(a).astype(np.float32), np.asarray(b).astype(np.float32)).astype(BF16))
+
+
+def _same(got, want, a, b) -> None:
+    """``got`` has ``want``'s bits, but where both operands are NaN: there
+    a quiet NaN of either sign (IEEE leaves the sign open; numpy's float32
+    loops keep one operand's or the other's, by layout)."""
+    got, want = _bits16(got), np.broadcast_to(want, np.broadcast_shapes(np.shape(a), np.shape(b)))
+    with np.errstate(invalid="ignore"):
+        both = np.broadcast_to(np.isnan(a) & np.isnan(b), want.shape)
+    np.testing.assert_array_equal(got[~both], want[~both])
+    assert np.isin(got[both], [0x7FC0, 0xFFC0]).all()
+
+
+def _bfloat16_cases() -> np.ndarray:
+    """Every bfloat16 value, with NaN payloads of both signs."""
+    return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(BF16)
+
+
+def test_kernels_are_compiled():
+    assert B16.compiled()
+
+
+@pytest.mark.parametrize("numba", [True, False], ids=["compiled", "fallback"])
+def test_round_f32_is_ml_dtypes_astype(numba, monkeypatch):
+    if not numba:
+        monkeypatch.setenv("XTPU_NO_NUMBA", "1")
+    x = _float32_cases()
+    with np.errstate(invalid="ignore"):
+        want = _bits16(x.astype(BF16))
+    np.testing.assert_array_equal(_bits16(B16.round_f32(x)), want)
+    out = np.empty(x.shape, BF16)
+    assert B16.round_f32(x, out=out) is out
+    np.testing.assert_array_equal(_bits16(out), want)
+    # strided and n-d operands take the fallback with the same bits
+    np.testing.assert_array_equal(_bits16(B16.round_f32(x[::3])), want[::3])
+    n = x.size // 8 * 8
+    np.testing.assert_array_equal(_bits16(B16.round_f32(x[:n].reshape(8, -1).T)), want[:n].reshape(8, -1).T)
+
+
+def test_round_f32_ties_go_to_even_and_nan_stays_nan():
+    cases = np.array([0x3F808000, 0x3F818000, 0x7F7F8000, 0x7FC12345, 0xFF800001, 0x7F800001], np.uint32)
+    got = _bits16(B16.round_f32(cases.view(np.float32)))
+    # 1.00390625 -> 1 (even), 1.01171875 -> 1.015625 (even), the largest
+    # tie overflows to inf, NaNs (a payload in the low bits would round to
+    # inf) stay quiet NaNs with their sign.
+    np.testing.assert_array_equal(got, np.array([0x3F80, 0x3F82, 0x7F80, 0x7FC0, 0xFFC0, 0x7FC0], np.uint16))
+
+
+@pytest.mark.parametrize("numba", [True, False], ids=["compiled", "fallback"])
+@pytest.mark.parametrize("ufunc", [np.add, np.subtract, np.multiply, np.true_divide])
+def test_binary_is_ml_dtypes_ufunc(ufunc, numba, monkeypatch):
+    """Every bfloat16 value against shuffled ones and against scalars, into
+    a fresh array, into ``out`` and in place, against the float32 op rounded
+    once and against ml_dtypes' own bfloat16 ufunc (:func:`_same`: a NaN
+    of two NaNs may have either sign)."""
+    if not numba:
+        monkeypatch.setenv("XTPU_NO_NUMBA", "1")
+    a = _bfloat16_cases()
+    b = np.random.default_rng(1).permutation(a)
+    with np.errstate(all="ignore"):
+        want = _one_op(ufunc, a, b)
+        got = B16.binary(ufunc, a, b)
+        _same(got, want, a, b)
+        _same(got, _bits16(ufunc(a, b)), a, b)
+        for s in [0x0000, 0x8000, 0x3F80, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001, 0x4B7F]:
+            scalar = np.array(s, np.uint16).view(BF16)
+            _same(B16.binary(ufunc, a, scalar), _one_op(ufunc, a, scalar), a, scalar)
+            _same(B16.binary(ufunc, scalar, a), _one_op(ufunc, scalar, a), scalar, a)
+            wide = np.broadcast_to(scalar, a.shape)  # a broadcast operand (stride 0)
+            _same(B16.binary(ufunc, wide, a), _one_op(ufunc, scalar, a), scalar, a)
+        out = np.empty_like(a)
+        assert B16.binary(ufunc, a, b, out=out) is out
+        _same(out, want, a, b)
+        c = a.copy()
+        B16.binary(ufunc, c, b, out=c)
+        _same(c, want, a, b)
+        # n-d and transposed operands
+        m = a.reshape(256, 256)
+        _same(B16.binary(ufunc, m, m.T), _one_op(ufunc, m, m.T), m, m.T)
+        assert B16.binary(ufunc, a[:0], b[:0]).shape == (0,)
+
+
+def test_widen_of_a_broadcast_is_exact():
+    x = np.broadcast_to(np.array([1.5, -0.0, np.inf], BF16)[:, None], (3, 1000))
+    w = B16.widen(x)
+    assert w.dtype == np.float32 and w.shape == (3, 1000)
+    np.testing.assert_array_equal(w.view(np.uint32), x.astype(np.float32).view(np.uint32))
+
+
+def test_bfloat16_ops_eager_and_compiled_equal_ml_dtypes():
+    """hlo.add / subtract / multiply / divide / convert on bfloat16 through
+    xtpu, eager and compiled (kernels and out_kernels in a fused region),
+    against ml_dtypes."""
+    a = _bfloat16_cases()
+    b = np.random.default_rng(2).permutation(a)
+    x32 = _float32_cases()[: a.size]
+
+    def f(a, b, x):
+        return a + b, a - b, a * b, a / b, (a * b) / (a + b), xtpu.cast(x, xtpu.bfloat16)
+
+    f32 = lambda v: v.astype(np.float32)  # noqa: E731
+    with np.errstate(all="ignore"):
+        mul, add = (f32(a) * f32(b)).astype(BF16), (f32(a) + f32(b)).astype(BF16)
+        want = [add, (f32(a) - f32(b)).astype(BF16), mul, (f32(a) / f32(b)).astype(BF16)]
+        want += [(f32(mul) / f32(add)).astype(BF16), x32.astype(BF16)]
+        (compiled,) = xtpu.replicate(f, [[a, b, x32]])
+        eager = f(a, b, x32)
+    for k, (w, c, e) in enumerate(zip(want, compiled, eager)):
+        x, y = (a, b) if k < 4 else (mul, add) if k == 4 else (x32, x32)
+        _same(c, _bits16(w), x, y)
+        _same(np.asarray(e), _bits16(w), x, y)
+
+
+def test_bfloat16_all_reduce_adds_as_ml_dtypes():
+    """A bfloat16 all-reduce adds in replica order, each addition rounded
+    (the float32 add rounded by ml_dtypes, folded left to right)."""
+    vals = [np.random.default_rng(i).permutation(_bfloat16_cases()) for i in range(3)]
+    with np.errstate(all="ignore"):
+        first = (vals[0].astype(np.float32) + vals[1].astype(np.float32)).astype(BF16)
+        want = (first.astype(np.float32) + vals[2].astype(np.float32)).astype(BF16)
+        both = (np.isnan(vals[0]) & np.isnan(vals[1])) | (np.isnan(first) & np.isnan(vals[2]))
+    got = _bits16(reduce_in_order(vals, "add"))
+    np.testing.assert_array_equal(got[~both], _bits16(want)[~both])
+    assert np.isin(got[both], [0x7FC0, 0xFFC0]).all()
