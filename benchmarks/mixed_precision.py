@@ -18,10 +18,11 @@ once into an ``xtpu.function`` and run repeatedly, in three precisions:
   experimental_aggregate_gradients=False)``), as TPU programs that compress
   their gradient all-reduce do: half the bytes.
 
-Printed per precision: the best step time of several timed loops, the bytes
-the step's all-reduces move per replica (counted in the communicator), and
-the held-out-free training loss after the timed steps (to show the runs
-train alike).  Next to it, the same step with JAX on one CPU device (jit,
+Printed per precision: the best step time of several timed loops (the
+precisions' loops interleaved, so that a change of the machine's load
+touches all alike; the load average is printed first), the bytes the step's
+all-reduces move per replica (counted in the communicator), and the
+training loss after the timed steps (to show the runs train alike).  Next to it, the same step with JAX on one CPU device (jit,
 float32 and bfloat16 with ``preferred_element_type=float32``), when JAX is
 installed.  Target (issue 28): mixed_bfloat16 no slower than float32; the
 bf16 all-reduce half the bytes.
@@ -30,6 +31,7 @@ bf16 all-reduce half the bytes.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -84,14 +86,18 @@ def build(precision: str, replicas: int, data, bf16_all_reduce: bool):
     return lambda: train(*args)
 
 
-def measure(fn, repeats: int, inner: int) -> float:
-    fn()
-    best = float("inf")
+def measure(fns: dict, repeats: int, inner: int) -> dict:
+    """The best time per call of each function over ``repeats`` loops of
+    ``inner`` calls, the functions' loops taken in turn."""
+    for fn in fns.values():
+        fn()
+    best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        best = min(best, (time.perf_counter() - t) / inner)
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t) / inner)
     return best
 
 
@@ -146,36 +152,39 @@ def main(argv=None) -> None:
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--batch", type=int, default=256, help="examples per replica")
     ap.add_argument("--width", type=int, default=512)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--inner", type=int, default=5)
     args = ap.parse_args(argv)
     data = make_data(args.replicas, args.batch, args.width)
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"MLP step, {args.replicas} replicas x batch {args.batch}, width {args.width} "
-        f"(best of {args.repeats} loops of {args.inner} steps)"
+        f"(best of {args.repeats} interleaved loops of {args.inner} steps; load average {load}; "
+        f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')})"
     )
     runs = {
         "float32": build("float32", args.replicas, data, False),
         "mixed_bfloat16": build("mixed_bfloat16", args.replicas, data, False),
         "mixed_bfloat16 + bf16 all-reduce": build("mixed_bfloat16", args.replicas, data, True),
     }
-    base = None
+    nbytes = {name: all_reduce_bytes(fn) for name, fn in runs.items()}
+    times = measure(runs, args.repeats, args.inner)
+    base = times["float32"]
     for name, fn in runs.items():
-        nbytes = all_reduce_bytes(fn)
-        t = measure(fn, args.repeats, args.inner)
-        base = base or t
         out = fn()
         loss = float(np.asarray(getattr(out, "values", (out,))[0]))
         print(
-            f"  xtpu {name:34s} {1e3 * t:8.2f} ms/step ({t / base:4.2f}x float32)  "
-            f"all-reduce {nbytes:>9,d} bytes/replica  loss {loss:.4f}"
+            f"  xtpu {name:34s} {1e3 * times[name]:8.2f} ms/step ({times[name] / base:4.2f}x float32)  "
+            f"all-reduce {nbytes[name]:>9,d} bytes/replica ({nbytes[name] / max(nbytes['float32'], 1):4.2f}x)  "
+            f"loss {loss:.4f}"
         )
     jax_runs = jax_steps(data, args.width)
-    jbase = None
-    for name, fn in jax_runs.items():
-        t = measure(fn, args.repeats, args.inner)
-        jbase = jbase or t
-        print(f"  JAX  {name:34s} {1e3 * t:8.2f} ms/step ({t / jbase:4.2f}x float32), one replica's batch")
+    if jax_runs:
+        jtimes = measure(jax_runs, args.repeats, args.inner)
+        for name, t in jtimes.items():
+            print(
+                f"  JAX  {name:34s} {1e3 * t:8.2f} ms/step ({t / jtimes['float32']:4.2f}x float32), one replica's batch"
+            )
 
 
 if __name__ == "__main__":

@@ -95,6 +95,19 @@ def _to_float(words: Any, dtype: str) -> Any:
 
 
 def _uniform_from_state(state: Any, shape: tuple[int, ...], minval: Any, maxval: Any, dtype: str) -> tuple[Any, Any]:
+    if dtype in ("uint32", "uint64", "int32", "int64") and minval is None and maxval is None:
+        # TF's full-range integers: the generator's 32-bit words as they
+        # are (uint32, the type a bit generator gives), two words per
+        # element for 64 bits (the first the high half).
+        n = int(np.prod(shape, dtype=np.int64))
+        wide = dtype.endswith("64")
+        new_state, words = _bits(state, (2 * n,) if wide else shape)
+        if wide:
+            pairs = reshape(words, (n, 2))
+            hi_w, lo_w = (reshape(pairs[:, k : k + 1], shape) for k in (0, 1))
+            (words,) = bind(hlo.AddOp, [_mul_const(hi_w, 2**32, "int64"), lo_w])  # wraps as uint64 bits
+        (r,) = bind(hlo.ConvertOp, [words], dtype=dtype)
+        return new_state, r
     if dtype in ("int32", "int64"):
         if minval is None or maxval is None:
             raise ValueError("Must specify maxval for integer dtype (and minval)")
@@ -234,15 +247,20 @@ def stateless_uniform(
       shape: static output shape.
       seed: int32 / int64 of shape [2].
       minval, maxval: floats (broadcast), or for int32 / int64 the static
-        bounds (both required).
-      dtype: float32, float64, int32 or int64.
+        bounds (both required); for an integer dtype both None gives
+        full-range integers (TF's), the generator's 32-bit words for
+        uint32 / int32 (two words for uint64 / int64).
+      dtype: float32, float64, int32, int64, uint32 or uint64.
 
     Raises:
-      ValueError: a bad seed shape; an integer dtype without maxval.
+      ValueError: a bad seed shape; an integer dtype without maxval (but
+        for full range).
     """
     dt = dtype_name(dtype)
     if dt in ("float32", "float64") and minval == 0 and maxval is None:
         minval = None
+    if dt in ("uint32", "uint64") and (minval is not None or maxval is not None):
+        raise ValueError(f"random: {dt} takes full-range integers only (minval=None, maxval=None)")
     return _uniform_from_state(_state_from_seed(seed), _shape(shape), minval, maxval, dt)[1]
 
 

@@ -126,7 +126,14 @@ def ufunc_into(ufunc: Any, dtype: str | None, round_back: bool = True) -> Callab
         return lambda out, *xs: ufunc(*map(B16.widen, xs), out=out)
     if ufunc.nin == 2:
         return lambda out, x, y: B16.binary(ufunc, x, y, out=out)
-    return lambda out, *xs: B16.round_f32(ufunc(*map(B16.widen, xs)), out=out)
+
+    def into(out, x):
+        w = B16.widen(x)
+        if w.flags.owndata:
+            return B16.round_f32(ufunc(w, out=w), out=out)  # the widened copy is ours
+        return B16.round_f32(ufunc(w), out=out)
+
+    return into
 
 
 # --------------------------------------------------------------------------
@@ -1215,6 +1222,13 @@ class DotGeneralOp(PrimitiveOp):
             x, y = np.asarray(x), np.asarray(y)
             if x.dtype == y.dtype == out.dtype and out.dtype not in _LOW_SET and out.flags.c_contiguous:
                 return f(x, y, out=out)
+            if x.dtype == y.dtype == B16.BF16 and out.flags.c_contiguous:
+                # float32 accumulation straight into a float32 result, or
+                # rounded once into a bfloat16 one
+                if out.dtype == _F32:
+                    return f(B16.widen(x), B16.widen(y), out=out)
+                if out.dtype == B16.BF16:
+                    return B16.round_f32(f(B16.widen(x), B16.widen(y)), out=out)
             np.copyto(out, k(x, y))
             return out
 

@@ -331,6 +331,32 @@ def test_cross_replica_sum_and_host_round_trip(dtype):
     same_bits(only[0], v)
 
 
+@pytest.mark.parametrize("dtype", NEW_DTYPES)
+def test_moving_collectives_keep_every_bit(dtype):
+    """collective_permute, all_to_all and an all-gather move values without
+    arithmetic: NaN payloads, inf, -0.0 and subnormals arrive as sent."""
+    from xtpu.replication.collectives import all_gather, all_to_all, collective_permute
+
+    v = special_values(dtype)
+    w = v[::-1].copy()
+    h = v.size // 2
+
+    def f(x):
+        return (
+            collective_permute(x, [[0, 1], [1, 0]]),
+            all_to_all(xtpu.reshape(x, [2, -1]), 0, 0, 2),
+            all_gather(x, 0, 2),
+        )
+
+    (r0, r1) = xtpu.replicate(f, [[v], [w]])
+    same_bits(r0[0], w)
+    same_bits(r1[0], v)
+    same_bits(r0[1], np.concatenate([v[:h], w[:h]]).reshape(2, h))
+    same_bits(r1[1], np.concatenate([v[h:], w[h:]]).reshape(2, h))
+    for r in (r0, r1):
+        same_bits(r[2], np.concatenate([v, w]))
+
+
 def test_all_reduce_of_bfloat16_moves_half_the_bytes():
     from xtpu.runtime import communicator
 
@@ -392,3 +418,38 @@ def test_summaries_of_new_dtypes(tmp_path):
     writer.close()
     got = {(v.tag, e.step): v.simple_value for e in read_events(logdir) for v in e.summary.value}
     assert got == {("eager0", 0): 1.5, ("eager1", 1): -0.375, ("eager2", 2): 7.0, ("traced", 5): 6.25}
+
+
+# ---- uint32 from the random bit generator ------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["uint32", "uint64", "int32", "int64"])
+def test_full_range_random_integers_are_the_generators_words(dtype):
+    """TF's full-range integers (``minval=None, maxval=None``): the Philox
+    words as uint32 (two words, high first, for 64 bits), eager and
+    compiled alike, against Philox4x32-10's words computed here from the
+    counter (Random123's known-answer vector checks the rounds)."""
+    from xtpu.dialects.hlo_random import philox4x32_10
+
+    # Random123's known-answer test: key (0, 0), counter 0 -> these words.
+    kat = philox4x32_10(np.zeros((1, 4), np.uint64), (0, 0))
+    np.testing.assert_array_equal(kat[0], [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8])
+    seed = np.array([7, 3], np.int64)
+    f = lambda s: xtpu.random.stateless_uniform([3, 5], s, minval=None, maxval=None, dtype=dtype)  # noqa: E731
+    eager = np.asarray(f(seed))
+    (compiled,) = xtpu.replicate(f, [[seed]])
+    assert eager.dtype == numpy_dtype(dtype)
+    same_bits(compiled[0], eager)
+    wide = dtype.endswith("64")
+    blocks = -(-(30 if wide else 15) // 4)
+    ctr = np.zeros((blocks, 4), np.uint64)
+    ctr[:, 0] = np.arange(blocks)
+    ctr[:, 2] = 3  # the seed's second word: the counter's high half
+    words = philox4x32_10(ctr, (7, 0)).reshape(-1)
+    if wide:
+        want = ((words[0:30:2] << np.uint64(32)) | words[1:30:2]).view(np.int64).astype(numpy_dtype(dtype))
+    else:
+        want = words[:15].astype(np.uint32).view(np.int32).astype(numpy_dtype(dtype))
+    np.testing.assert_array_equal(eager.reshape(-1), want)
+    with pytest.raises(ValueError, match="full-range"):
+        xtpu.random.stateless_uniform([2], seed, minval=0, maxval=10, dtype="uint32")
