@@ -25,14 +25,18 @@ every special value, ties, subnormals and random bits.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-__all__ = ["BF16", "binary", "round_f32", "widen", "BINARY_UFUNCS", "compiled"]
+__all__ = ["BF16", "binary", "round_f32", "widen", "BINARY_UFUNCS", "compiled", "load"]
+
+_log = logging.getLogger(__name__)
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)
@@ -41,15 +45,18 @@ _U16 = np.dtype(np.uint16)
 #: The ufuncs :func:`binary` computes in one pass, by opcode.
 BINARY_UFUNCS: dict[Any, int] = {np.add: 0, np.subtract: 1, np.multiply: 2, np.true_divide: 3, np.divide: 3}
 
-try:
-    import numba
-    from llvmlite import ir
-    from numba import types
-    from numba.extending import intrinsic
-except ImportError:  # pragma: no cover - numba is a dependency
-    numba = None
 
-if numba is not None:
+def _compile() -> dict[str, Callable[..., Any]]:
+    """Import numba and compile the kernels (numba's on-disk cache makes a
+    later process load them): about 2 s on this machine, 5-13 s under
+    load, which is why it runs on a thread of its own (:func:`_get`)."""
+    try:
+        import numba
+        from llvmlite import ir
+        from numba import types
+        from numba.extending import intrinsic
+    except ImportError:  # pragma: no cover - numba is a dependency
+        return {}
 
     @intrinsic
     def as_f32(typingctx, u):
@@ -157,19 +164,73 @@ if numba is not None:
                 if (b & U(0x7FFFFFFF)) > U(0x7F800000):
                     out[i] = nan(b)
 
-    _KERNELS: dict[str, Callable[..., Any]] = {"round_into": round_into, "binary_into": binary_into}
-else:  # pragma: no cover
-    _KERNELS = {}
+    # Compile (or load from numba's cache) the signatures xtpu calls.
+    u32, u16 = np.zeros(1, np.uint32), np.zeros(1, np.uint16)
+    round_into(u32, u16)
+    binary_into(0, u16, u16, u16.copy())
+    return {"round_into": round_into, "binary_into": binary_into}
+
+
+_KERNELS: dict[str, Callable[..., Any]] | None = None  # None: not loaded yet
+_loader: threading.Thread | None = None
+_loader_lock = threading.Lock()
+
+
+def _load() -> None:
+    global _KERNELS
+    try:
+        kernels = _compile()
+    except Exception:  # pragma: no cover - a broken numba install: the fallback, same bits
+        _log.warning("bfloat16: numba kernels unavailable, using ml_dtypes' (same bits, slower)", exc_info=True)
+        kernels = {}
+    _KERNELS = kernels
+
+
+def load(timeout: float | None = None) -> bool:
+    """Start loading the compiled kernels if not started, wait up to
+    ``timeout`` seconds (None: until done) and return :func:`compiled`."""
+    global _loader
+    if os.environ.get("XTPU_NO_NUMBA") == "1":
+        return False
+    with _loader_lock:
+        if _KERNELS is None and _loader is None:
+            _loader = threading.Thread(target=_load, name="xtpu-bfloat16-numba", daemon=True)
+            _loader.start()
+        t = _loader
+    if t is not None:
+        t.join(timeout)
+    return compiled()
 
 
 def _get() -> dict[str, Callable[..., Any]]:
-    """The compiled kernels; {} without numba or with ``XTPU_NO_NUMBA=1``."""
-    return {} if os.environ.get("XTPU_NO_NUMBA") == "1" else _KERNELS
+    """The compiled kernels; {} without numba, with ``XTPU_NO_NUMBA=1``, or
+    while they load: the first bfloat16 op starts loading them on a thread
+    and takes the ml_dtypes fallback (the same bits) until they are in, so
+    no op waits for numba (importing it and loading the kernels took 2 s
+    here, 5-13 s under load: every ``import xtpu`` paid the import before)."""
+    if os.environ.get("XTPU_NO_NUMBA") == "1":
+        return {}
+    k = _KERNELS
+    if k is None:
+        load(0)
+        return {}
+    return k
 
 
 def compiled() -> bool:
-    """Whether the numba kernels are in use (else the ml_dtypes fallback)."""
-    return bool(_get())
+    """Whether the numba kernels are in use now (else the ml_dtypes
+    fallback; :func:`load` waits for them)."""
+    return os.environ.get("XTPU_NO_NUMBA") != "1" and bool(_KERNELS)
+
+
+def _forget_loader() -> None:
+    """A forked child has no loader thread: it starts its own if needed."""
+    global _loader, _loader_lock
+    _loader, _loader_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_loader)
 
 
 def _flat(x: np.ndarray) -> np.ndarray | None:

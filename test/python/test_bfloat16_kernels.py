@@ -72,6 +72,13 @@ def _bfloat16_cases() -> np.ndarray:
     return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(BF16)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def compiled_kernels():
+    """The kernels load on a thread at the first bfloat16 op (until then
+    the fallback runs): wait for them, so the "compiled" cases test them."""
+    assert B16.load(timeout=300)
+
+
 def test_kernels_are_compiled():
     assert B16.compiled()
 
@@ -178,3 +185,25 @@ def test_bfloat16_all_reduce_adds_as_ml_dtypes():
     got = _bits16(reduce_in_order(vals, "add"))
     np.testing.assert_array_equal(got[~both], _bits16(want)[~both])
     assert np.isin(got[both], [0x7FC0, 0xFFC0]).all()
+
+
+def test_numba_loads_on_a_thread_after_the_first_bfloat16_op():
+    """``import xtpu`` and float32 work never import numba; the first
+    bfloat16 op starts loading the kernels on a thread and computes with the
+    fallback meanwhile (it does not wait for numba: 5-13 s here under load)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threading, numpy as np, ml_dtypes, xtpu\n"
+        "xtpu.math.tanh(xtpu.constant(np.ones(4, np.float32)))\n"
+        "assert 'numba' not in sys.modules, 'float32 work imported numba'\n"
+        "from xtpu.dialects import bfloat16 as B\n"
+        "y = np.asarray(xtpu.constant(np.arange(4, dtype=ml_dtypes.bfloat16)) * 3)\n"
+        "assert y.view(np.uint16).tolist() == np.array([0, 3, 6, 9], ml_dtypes.bfloat16).view(np.uint16).tolist()\n"
+        "assert any(t.name == 'xtpu-bfloat16-numba' for t in threading.enumerate()) or B.compiled()\n"
+        "assert B.load(timeout=300)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
