@@ -718,14 +718,14 @@ def _select_into(out, pred, on_true, on_false):
     predicate and a splat ``on_false`` (a gather zeroing its out-of-range
     rows) copy ``on_true`` (nothing written when ``out`` is ``on_true``)
     and assign the rows not chosen, if any (8.7 us instead of 31 us for
-    float32[512, 128] into another array, 1.5 us in place)."""
+    float32[512, 128] into another array, 2.7 us in place)."""
     p, f = np.asarray(pred), np.asarray(on_false)
     if p.ndim and p.strides[-1] == 0 and not any(f.strides) and f.size and np.shape(on_true) == p.shape:
-        dropped = ~p[..., 0]
+        rows = p[..., 0]
         if out is not on_true:
             np.copyto(out, on_true)
-        if dropped.any():
-            out[dropped] = f.flat[0]
+        if not rows.all():
+            out[~rows] = f.flat[0]
         return out
     t = on_true if out is on_true or not np.may_share_memory(out, on_true) else np.array(on_true)
     f = on_false if out is on_false or not np.may_share_memory(out, on_false) else np.array(on_false)
