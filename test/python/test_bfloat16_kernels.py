@@ -207,3 +207,25 @@ def test_numba_loads_on_a_thread_after_the_first_bfloat16_op():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=400)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_elementwise_chain_has_xlas_bits():
+    """XLA on CPU rounds a fused chain of bfloat16 ops per op (its float
+    normalization keeps each op's convert pair): ``a * b + c`` and
+    ``(a - b) / c`` under ``jax.jit`` give the bits xtpu's compiled chain
+    gives, element for element."""
+    import jax
+
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.standard_normal(4096).astype(BF16) for _ in range(3))
+
+    def f(a, b, c):
+        return a * b + c, (a - b) / c
+
+    want = [np.asarray(v) for v in jax.jit(f)(a, b, c)]
+    (got,) = xtpu.replicate(f, [[a, b, c]])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(_bits16(g), _bits16(w))
+    # and not the chain computed in float32 and rounded once
+    once = (a.astype(np.float32) * b.astype(np.float32) + c.astype(np.float32)).astype(BF16)
+    assert (_bits16(once) != _bits16(want[0])).any()
