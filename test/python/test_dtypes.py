@@ -262,6 +262,46 @@ def test_contractions_are_exact_where_float32_accumulation_is(name, fn, shapes, 
     same_bits(got[0], want)
 
 
+@pytest.mark.parametrize(
+    "name, fn, shapes, equation",
+    [
+        ("matmul", lambda a, b: xtpu.matmul(a, b), [(5, 64), (64, 7)], "ij,jk->ik"),
+        ("batched", lambda a, b: xtpu.matmul(a, b), [(3, 4, 32), (3, 32, 6)], "bij,bjk->bik"),
+        (
+            "einsum",
+            lambda a, b: xtpu.einsum("bqhd,bkhd->bhqk", a, b),
+            [(2, 3, 2, 16), (2, 5, 2, 16)],
+            "bqhd,bkhd->bhqk",
+        ),
+    ],
+)
+def test_contraction_gradients_are_exact_where_float32_accumulation_is(name, fn, shapes, equation):
+    """The gradients of a bfloat16 contraction: the cotangent (exact small
+    integers) contracted with the other operand in float32 and rounded
+    once, against numpy's float64 einsum rounded to bfloat16; eager and
+    compiled."""
+    rng = np.random.RandomState(5)
+    a, b = (exact_operands(s, rng) for s in shapes)
+    out_shape = np.einsum(equation, a.astype(np.float32), b.astype(np.float32)).shape
+    g = rng.randint(-4, 5, size=out_shape).astype(np.float32)
+    ins, out = equation.split("->")
+    la, lb = ins.split(",")
+    want_a = np.einsum(f"{out},{lb}->{la}", g.astype(np.float64), b.astype(np.float64)).astype(np.float32)
+    want_b = np.einsum(f"{la},{out}->{lb}", a.astype(np.float64), g.astype(np.float64)).astype(np.float32)
+
+    def grads(a, b):
+        with xtpu.GradientTape() as tape:
+            tape.watch([a, b])
+            loss = xtpu.reduce_sum(xtpu.cast(fn(a, b), xtpu.float32) * g)
+        return tape.gradient(loss, [a, b])
+
+    (compiled,) = xtpu.replicate(grads, [[a, b]])
+    eager = grads(xtpu.constant(a), xtpu.constant(b))
+    for got in (compiled, [np.asarray(v) for v in eager]):
+        same_bits(got[0], want_a.astype(BF16))
+        same_bits(got[1], want_b.astype(BF16))
+
+
 def test_matmul_equals_jax_preferred_float32():
     """Random operands: xtpu's bfloat16 matmul against XLA's
     ``dot_general(preferred_element_type=float32)`` rounded to bfloat16 --
@@ -380,7 +420,7 @@ def test_all_reduce_of_bfloat16_moves_half_the_bytes():
     assert "channel 1 : tensor<1000xbf16>" in lowered  # the ccl.all_reduce moves bf16
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "int8", "uint32", "uint64"])
+@pytest.mark.parametrize("dtype", NEW_DTYPES)
 def test_checkpoint_keeps_bits(dtype, tmp_path):
     v = special_values(dtype)
     var = xtpu.Variable(v)

@@ -375,3 +375,36 @@ def test_a_program_that_does_not_fit_in_memory_is_an_error(tmp_path, capsys):
     np.save(tmp_path / "a.npy", np.float32(1))
     assert xtpu_run([str(path), "-i", str(tmp_path / "a.npy")]) == 1
     assert "xtpu-run: replica 0, op hlo.add: MemoryError: Unable to allocate" in capsys.readouterr().err
+
+
+BF16_RUN = """func.func @main(%a: tensor<6xbf16>) -> (tensor<6xbf16>, tensor<6xbf16>, tensor<6xf32>) {
+  %r:3 = tpu.replicate([%a] as %x: tensor<6xbf16>) {n = 1 : i64} {
+    %c = hlo.constant dense<[0x7F80, 0xFF80, 0x7FC5, -0.0, 0x0001, 1.5]> : tensor<6xbf16>
+    %w = hlo.convert %x : (tensor<6xbf16>) -> tensor<6xf32>
+    tpu.yield %x, %c, %w : tensor<6xbf16>, tensor<6xbf16>, tensor<6xf32>
+  }
+  func.return %r#0, %r#1, %r#2 : tensor<6xbf16>, tensor<6xbf16>, tensor<6xf32>
+}
+"""
+
+
+def test_xtpu_run_keeps_bfloat16_bits_through_npy_files(tmp_path, capsys):
+    """Issue 28: a bfloat16 input file (numpy writes it as ``|V2``), a
+    constant with inf, a NaN payload, -0.0 and a subnormal, and an exact
+    widening come back from ``xtpu-run --save`` with every bit."""
+    import ml_dtypes
+
+    from xtpu.dialects.tensor_spec import from_saved
+
+    path = tmp_path / "bf16.mlir"
+    path.write_text(BF16_RUN)
+    bits = np.array([0x7FC1, 0xFF81, 0x8000, 0x0001, 0x3F80, 0x4049], np.uint16)
+    np.save(tmp_path / "a.npy", bits.view(ml_dtypes.bfloat16))
+    out = tmp_path / "out.npz"
+    assert xtpu_run([str(path), "-i", str(tmp_path / "a.npy"), "--save", str(out)]) == 0
+    capsys.readouterr()
+    saved = np.load(out)
+    got = [from_saved(saved[k]) for k in sorted(saved.files, key=lambda k: int("".join(filter(str.isdigit, k)) or 0))]
+    np.testing.assert_array_equal(got[0].view(np.uint16), bits)
+    np.testing.assert_array_equal(got[1].view(np.uint16), [0x7F80, 0xFF80, 0x7FC5, 0x8000, 0x0001, 0x3FC0])
+    np.testing.assert_array_equal(got[2].view(np.uint32), bits.astype(np.uint32) << 16)
