@@ -272,6 +272,17 @@ def read_if_variable(value: Any) -> Any:
     return read(value) if read is not None else value
 
 
+def sparse_read(value: Any) -> tuple[Any, str | None]:
+    """How a gather reads ``value``: the variable's stored value and the
+    dtype to cast the gathered slices to (an autocast variable inside a
+    replicated computation: TF's ``AutoCastVariable.sparse_read`` gathers
+    the float32 rows and casts them, so the rows' gradient is summed in
+    float32), else ``(read_if_variable(value), None)``.  Variables define
+    ``_xtpu_sparse_read_``."""
+    read = getattr(type(value), "_xtpu_sparse_read_", None)
+    return read(value) if read is not None else (read_if_variable(value), None)
+
+
 def is_variable(value: Any) -> bool:
     """Whether ``value`` is a variable (``xtpu.Variable``): its type tells
     xtpu ops how to read it (``_xtpu_read_``, see :func:`read_if_variable`).
@@ -423,6 +434,7 @@ __all__ = [
     "is_user_frame",
     "read_if_variable",
     "recording_tapes",
+    "sparse_read",
     "spec_of",
     "to_numpy",
     "trace_stack",

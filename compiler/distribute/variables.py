@@ -510,6 +510,17 @@ class Variable:
             return cast(value, self._autocast)
         return value
 
+    def _xtpu_sparse_read_(self) -> tuple[Any, str | None]:
+        """How a gather reads the variable (xtpu.core.tracing.sparse_read):
+        :meth:`value` and, inside a replicated computation when the
+        variable autocasts, the compute dtype to cast the gathered slices
+        to (TF's ``AutoCastVariable.sparse_read``: the float32 rows
+        gathered, then cast; their gradient is summed in float32)."""
+        value = self.value()
+        if self._autocast is not None and current_trace() is not None:
+            return value, self._autocast
+        return value, None
+
     def _update(self, kind: str, value: Any) -> Any:
         tr, state = self._traced_state(write=True)
         if tr is None and self._replica_values is not None and kind != "assign":

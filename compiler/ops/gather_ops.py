@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from xtpu.core.tracing import Tensor, bind, convert, read_if_variable
+from xtpu.core.tracing import Tensor, bind, convert, read_if_variable, sparse_read
 from xtpu.dialects import hlo
 from xtpu.dialects.dynamic_shapes import SIZE_DTYPE, SetDimensionSizeOp
 from xtpu.dialects.hlo_indexing import GatherOp, ScatterOp, SortOp, VariadicReduceOp
@@ -172,12 +172,25 @@ def gather(
     gradient (TF on TPU / GPU; TF on CPU raises).  Gradient: the cotangent
     added at the indices (TF's _GatherV2Grad, dense).
 
+    An autocast variable (mixed precision) is read as TF's
+    ``AutoCastVariable.sparse_read`` reads it: the float32 slices gathered,
+    then cast to the compute dtype.
+
     Raises:
       TypeError: indices not int32 / int64; params of strings; a traced
         ``axis`` or ``batch_dims``.
       ValueError: ``axis`` out of range or below ``batch_dims``; batch
         dimensions that differ; ``batch_dims`` beyond the indices' rank.
     """
+    params, cast_to = sparse_read(params)
+    out = _gather(params, indices, axis, batch_dims)
+    if cast_to is None:
+        return out
+    (out,) = bind(hlo.ConvertOp, [out], dtype=cast_to)
+    return out
+
+
+def _gather(params: Any, indices: Any, axis: Any, batch_dims: Any) -> Any:
     p = _values(params, "gather")
     idx = _indices(indices, "gather")
     ps, ishape = shape_of(p), shape_of(idx)

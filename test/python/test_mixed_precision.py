@@ -173,3 +173,43 @@ def test_loss_scale_optimizer_float16_skips_non_finite_steps():
         assert float(opt.loss_scale.numpy()) == 2.0**10
     finally:
         mp.set_global_policy("float32")
+
+
+def test_gather_of_an_autocast_variable_reads_float32_rows(mixed_bfloat16):
+    """TF's ``AutoCastVariable.sparse_read``: a gather from an autocast
+    variable gathers the float32 rows and casts them to bfloat16 (the IR:
+    ``hlo.gather`` on f32, then ``hlo.convert``), so the rows' gradient is
+    summed in float32: 64 cotangents of 0.1 (0.10009765625 in bfloat16)
+    added on one row give 6.40625 exactly (a bfloat16 sum of them gives
+    6.15625).  The same holds for ``nn.embedding_lookup``."""
+    strategy = xtpu.TPUStrategy(xtpu.TPUClusterResolver(num_cores=1))
+    with strategy.scope():
+        table = xtpu.Variable(np.arange(12, dtype=np.float32).reshape(4, 3) + 0.001, name="table")
+    ids = np.zeros(64, np.int32)
+    ct = np.float32(0.1)
+
+    def step(ids):
+        with xtpu.GradientTape() as tape:
+            rows = xtpu.gather(table, ids)
+            looked = xtpu.nn.embedding_lookup(table, ids)
+            loss = xtpu.reduce_sum(xtpu.cast(rows, xtpu.float32) * ct) + xtpu.reduce_sum(
+                xtpu.cast(looked, xtpu.float32) * ct
+            )
+        (g,) = tape.gradient(loss, [table])
+        return rows, g
+
+    @xtpu.function
+    def run(ids):
+        return strategy.run(step, args=(ids,))
+
+    rows, g = (np.asarray(v) for v in run(ids))
+    assert rows.dtype == BF16
+    np.testing.assert_array_equal(
+        rows.view(np.uint16), np.repeat(table.numpy()[:1], 64, 0).astype(BF16).view(np.uint16)
+    )
+    row = np.float32(ct.astype(BF16)) * 64  # 6.40625, exact in float32
+    np.testing.assert_array_equal(g[0], np.full(3, 2 * row, np.float32))
+    np.testing.assert_array_equal(g[1:], 0)
+    text = run.lower(ids).as_text()
+    assert "hlo.gather" in text and "(tensor<4x3xf32>, tensor<64xi32>) -> tensor<64x3xf32>" in text
+    assert "(tensor<64x3xf32>) -> tensor<64x3xbf16>" in text
