@@ -30,9 +30,12 @@ import numpy as np
 
 __all__ = ["set_parts", "parts", "matmul"]
 
-#: Below this many multiply-adds a split costs more than it saves (handing a
-#: piece to a pool thread and waiting for it takes 20-50 us).
-MIN_WORK = 1 << 21
+#: Below this many multiply-adds (about 0.5 ms on one core) a split costs
+#: more than it saves: handing a piece to a pool thread and waiting for it
+#: takes 20-50 us, holding BLAS at one thread 20 us a step, and OpenBLAS
+#: runs small products on one thread anyway.  At 2M the MLP step of
+#: x[64, 256] at R = 1 (4.2M per matmul) took 670 us instead of 272 us.
+MIN_WORK = 1 << 25
 
 _parts = 1
 _pool: ThreadPoolExecutor | None = None

@@ -16,7 +16,9 @@ def numpy_blas_threads():
 
 
 @pytest.fixture
-def parts():
+def parts(monkeypatch):
+    monkeypatch.setattr(intra_op, "MIN_WORK", 1 << 21)  # the small shapes below split too
+
     def set_(n):
         intra_op.set_parts(n)
 
