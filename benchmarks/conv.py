@@ -26,12 +26,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test", "python"))
+sys.path.insert(0, HERE)
+
+from jax_compare import best  # noqa: E402 - the timing helper of every benchmark here
 
 CONV_SHAPES = [
     # (name, x NHWC, kernel HWIO, strides, padding, feature groups)
@@ -43,21 +45,6 @@ CONV_SHAPES = [
 ]
 REPLICAS = [1, 2, 8]
 RB, RS, RC = 8, 16, 16  # ResNet block: per-replica batch, image size, channels
-
-
-def best(fn, repeats: int) -> float:
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    once = time.perf_counter() - t0
-    inner = max(1, min(100, int(0.05 / max(once, 1e-6))))
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        out.append((time.perf_counter() - t) / inner)
-    return min(out)
 
 
 def _pads(n, k, s, mode):
@@ -116,22 +103,22 @@ def xtpu_side(repeats: int, quick: bool) -> dict:
             padding=tuple(_pads(n, k, s, pad) for n, k in zip(xs[1:3], ws[:2])),
             feature_group_count=g,
         )
-        res[f"conv {name}"] = best(lambda kern=kern, x=x, w=w: kern(x, w), repeats)
+        res[f"conv {name}"] = best(lambda kern=kern, x=x, w=w: kern(x, w), repeats, None)
     for R in REPLICAS:
         xs, ys, ws = resnet_data(R)
         inputs = [[x, y, *ws] for x, y in zip(xs, ys)]
         c = xtpu.lower(xtpu_resnet_step, inputs).compile()
         out = c(inputs)
         assert np.isfinite(float(out[0][0]))
-        res[f"resnet block step R={R}"] = best(lambda c=c, inputs=inputs: c(inputs), repeats)
+        res[f"resnet block step R={R}"] = best(lambda c=c, inputs=inputs: c(inputs), repeats, None)
     x, y, w1, w2, wd = cnn.data()
     da = cnn.device_assignment()
     split = xtpu.lower(cnn.xtpu_train, [[x, y, w1, w2, wd]], device_assignment=da).compile()
     whole = xtpu.lower(lambda *a: cnn.xtpu_train(*a, split=False), [[x, y, w1, w2, wd]]).compile()
     a, b = split([[x, y, w1, w2, wd]])[0], whole([[x, y, w1, w2, wd]])[0]
     assert all(np.allclose(np.asarray(u), np.asarray(v), rtol=1e-4, atol=1e-5) for u, v in zip(a, b))
-    res["split cnn step (8 cores)"] = best(lambda: split([[x, y, w1, w2, wd]]), repeats)
-    res["unsplit cnn step (1 core)"] = best(lambda: whole([[x, y, w1, w2, wd]]), repeats)
+    res["split cnn step (8 cores)"] = best(lambda: split([[x, y, w1, w2, wd]]), repeats, None)
+    res["unsplit cnn step (1 core)"] = best(lambda: whole([[x, y, w1, w2, wd]]), repeats, None)
     for prog, fn in (
         ("convs", lambda *a: cnn.xtpu_convs(*a)),
         ("convs_pool", lambda *a: cnn.xtpu_convs(*a, pool=True)),
@@ -162,7 +149,7 @@ def jax_side(repeats: int, quick: bool) -> dict:
                 a, b, (s, s), pad, dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=g
             )
         )
-        res[f"conv {name}"] = best(lambda f=f, x=x, w=w: jax.block_until_ready(f(x, w)), repeats)
+        res[f"conv {name}"] = best(lambda f=f, x=x, w=w: jax.block_until_ready(f(x, w)), repeats, None)
 
     def conv(a, k):
         return jax.lax.conv_general_dilated(a, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
@@ -194,7 +181,7 @@ def jax_side(repeats: int, quick: bool) -> dict:
         put = lambda a, mesh=mesh: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
         args = (put(np.stack(xs)), put(np.stack(ys)), *[put(np.stack([w] * R)) for w in ws])
         jax.block_until_ready(f(*args))
-        res[f"resnet block step R={R}"] = best(lambda f=f, args=args: jax.block_until_ready(f(*args)), repeats)
+        res[f"resnet block step R={R}"] = best(lambda f=f, args=args: jax.block_until_ready(f(*args)), repeats, None)
 
     mesh = Mesh(np.array(devices[:8]).reshape(2, 4), ("w", "h"))
     img, rep = NamedSharding(mesh, P(None, "w", "h", None)), NamedSharding(mesh, P())
@@ -203,10 +190,10 @@ def jax_side(repeats: int, quick: bool) -> dict:
     fs = jax.jit(train, in_shardings=(img, rep, rep, rep, rep))
     args = [jax.device_put(x, img)] + [jax.device_put(a, rep) for a in (y, w1, w2, wd)]
     jax.block_until_ready(fs(*args))
-    res["split cnn step (8 cores)"] = best(lambda: jax.block_until_ready(fs(*args)), repeats)
+    res["split cnn step (8 cores)"] = best(lambda: jax.block_until_ready(fs(*args)), repeats, None)
     fw = jax.jit(train)
     jax.block_until_ready(fw(x, y, w1, w2, wd))
-    res["unsplit cnn step (1 core)"] = best(lambda: jax.block_until_ready(fw(x, y, w1, w2, wd)), repeats)
+    res["unsplit cnn step (1 core)"] = best(lambda: jax.block_until_ready(fw(x, y, w1, w2, wd)), repeats, None)
     for k, v in cnn.xla_bytes_per_core().items():
         res[f"bytes/core {k}"] = v
     return res

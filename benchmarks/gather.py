@@ -32,25 +32,11 @@ import time
 import tracemalloc
 
 import numpy as np
+from jax_compare import best  # the timing helper of every benchmark here
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 V, D, N = 10_000, 128, 512
-
-
-def best(fn, repeats: int, inner: int | None = None) -> float:
-    fn()
-    if inner is None:
-        t = time.perf_counter()
-        fn()
-        inner = max(1, min(500, int(0.02 / max(time.perf_counter() - t, 1e-7))))
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        out.append((time.perf_counter() - t) / inner)
-    return min(out)
 
 
 def best_of_each(fns, repeats: int) -> list[float]:
@@ -153,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return loss, ge, gw
 
     step = xtpu.lower(xtpu_step, [[table, w, ids, labels]]).compile()
-    t_step = best(lambda: step([[table, w, ids, labels]]), args.repeats)
+    t_step = best(lambda: step([[table, w, ids, labels]]), args.repeats, None)
 
     def np_forward():
         logits = np.take(table, ids, axis=0) @ w
@@ -161,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         logp = logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
         return -logp[np.arange(N), labels].mean()
 
-    t_np = best(np_forward, args.repeats)
+    t_np = best(np_forward, args.repeats, None)
     loss_x = float(step([[table, w, ids, labels]])[0][0])
     loss_np = float(np_forward())
     assert abs(loss_x - loss_np) <= 1e-4 * abs(loss_np), (loss_x, loss_np)
@@ -185,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
         loss_j = float(run_jax())
         assert abs(loss_j - loss_x) <= 1e-4 * abs(loss_j), (loss_j, loss_x)
-        t_jax = best(run_jax, args.repeats)
+        t_jax = best(run_jax, args.repeats, None)
     except ImportError:
         pass
     for name, t_x, t_n, m in rows:
