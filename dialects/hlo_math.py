@@ -7,7 +7,8 @@ ops need beyond :mod:`xtpu.dialects.hlo`: ``hlo.sign``, ``hlo.ceil``,
 Each follows the StableHLO op of the same name
 (https://openxla.org/stablehlo/spec), except ``hlo.erf``: StableHLO has no
 erf; it is XLA HLO's ``erf`` (``chlo.erf`` in MLIR's dialects, which JAX and
-TF's bridge emit), computed with SciPy's ``special.erf`` (Cephes).
+TF's bridge emit), computed on float32 with Eigen's and XLA's rational
+approximation and on float64 with SciPy's ``special.erf`` (Cephes).
 
 Gradients follow TF's registered gradients (``math_grad.py``): sign's is
 zero (``_SignGrad``), ceil's and round's are None (``_CeilGrad``,
@@ -136,11 +137,64 @@ class CosineOp(ElementwiseUnary):
         return [G.neg(G.mul(ct, G.bind1(SineOp, [x])))]
 
 
-def _erf(x):
+#: The float32 rational approximation of erf that Eigen's
+#: ``generic_fast_erf_float`` and XLA's ``ErfImpl32`` used for years:
+#: ``erf(x) = P(x**2) / Q(x**2) * x`` on ``x`` clamped to [-4, 4] (erf(4) is
+#: 1 in float32), P of degree 6 and Q of degree 4 in ``x**2``, Horner's rule.
+_ERF_P = np.array(
+    [
+        -2.72614225801306e-10,
+        2.77068142495902e-08,
+        -2.10102402082508e-06,
+        -5.69250639462346e-05,
+        -7.34990630326855e-04,
+        -2.95459980854025e-03,
+        -1.60960333262415e-02,
+    ],
+    np.float32,
+)
+_ERF_Q = np.array(
+    [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03, -1.42647390514189e-02],
+    np.float32,
+)
+
+
+def _horner(x2: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
+    p = x2 * coefficients[0]
+    p += coefficients[1]
+    for c in coefficients[2:]:
+        p *= x2
+        p += c
+    return p
+
+
+def _erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """erf of a float32 array by the rational approximation above, each
+    step rounded to float32 (numpy's own ops, so the same bits on every
+    machine): within 8 ulp of the exact erf over all normal float32
+    (checked exhaustively: 7.95 at 3.2030487; TF 2.21's CPU kernel within
+    5 on the values tried, SciPy's Cephes 0.5); odd,
+    +-0.0 kept, +-inf to +-1, NaN to NaN.  About 4x faster than
+    ``scipy.special.erf`` on float32 (2.2 against 8.9 ms for 512K
+    elements)."""
+    x = np.clip(x, np.float32(-4), np.float32(4), out=out)
+    x2 = x * x
+    r = _horner(x2, _ERF_P)
+    r /= _horner(x2, _ERF_Q)
+    return np.multiply(r, x, out=x)  # r * x last: x * P would underflow for |x| < 1e-36
+
+
+def _erf_f32_into(out: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return _erf_f32(x, out)
+
+
+def _erf(x, out=None):
+    x = np.asarray(x)
+    if x.dtype == np.float32:
+        return _erf_f32(x, out)
     from scipy import special
 
-    x = np.asarray(x)
-    return special.erf(x).astype(x.dtype, copy=False)
+    return special.erf(x, out=out) if out is not None else special.erf(x).astype(x.dtype, copy=False)
 
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -150,12 +204,22 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 class ErfOp(ElementwiseUnary):
     """The error function ``2/sqrt(pi) * integral_0^x exp(-t**2) dt``,
     elementwise on floats.  Not a StableHLO op: XLA HLO's ``erf``
-    (``chlo.erf``), as TF's ``Erf`` and ``jax.lax.erf`` compile to it; the
-    kernel is SciPy's ``special.erf`` (Cephes, within 1 ulp of libm's)."""
+    (``chlo.erf``), as TF's ``Erf`` and ``jax.lax.erf`` compile to it.  On
+    float32 (and bfloat16 / float16, computed in float32) the kernel is
+    the rational approximation of Eigen and XLA (``x * P(x**2) / Q(x**2)``
+    on ``x`` clamped to [-4, 4]; within 8 ulp of the exact erf over all
+    normal float32, TF's own CPU kernel within 5); on float64 SciPy's
+    ``special.erf`` (Cephes, within 1 ulp)."""
 
     name = "hlo.erf"
     DTYPES: ClassVar = FLOATS
     UFUNC = staticmethod(_erf)
+
+    @classmethod
+    def out_kernel(cls, element_dtype=None, **params):
+        """On float32: the kernel writing into ``out`` (its working array;
+        it may be the operand: each element is read before it is written)."""
+        return _erf_f32_into if element_dtype == "float32" else None
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, **params):
