@@ -36,7 +36,6 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.rewriter import Rewriter
 from xdsl.traits import Pure
 
 from xtpu.dialects import hlo
@@ -212,11 +211,6 @@ def _outline(block: Block, members: list[Operation], kind: str) -> None:
     body = Block(arg_types=[v.type for v in inputs])
     for a, v in zip(body.args, inputs):
         a.name_hint = v.name_hint
-    mapping: dict[SSAValue, SSAValue] = dict(zip(inputs, body.args))
-    for m in members:
-        c = m.clone(value_mapper=mapping)
-        body.add_op(c)
-    body.add_op(FusionYieldOp.build(operands=[[mapping[r] for r in outputs]]))
     fused = FusionRegionOp.build(
         operands=[inputs],
         result_types=[[r.type for r in outputs]],
@@ -241,5 +235,14 @@ def _outline(block: Block, members: list[Operation], kind: str) -> None:
                 use.operation.operands[use.index] = new
         if r.name_hint:
             new.name_hint = r.name_hint
-    for m in reversed(members):
-        Rewriter.erase_op(m, safe_erase=False)
+    # The members move into the body as they are (no clones): their
+    # operands from outside become the body's arguments.
+    mapping: dict[SSAValue, SSAValue] = dict(zip(inputs, body.args))
+    for m in members:
+        m.detach()
+        for i, v in enumerate(m.operands):
+            arg = mapping.get(v)
+            if arg is not None:
+                m.operands[i] = arg
+        body.add_op(m)
+    body.add_op(FusionYieldOp.build(operands=[outputs]))

@@ -22,9 +22,7 @@ them.
 
 from __future__ import annotations
 
-import itertools
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +32,7 @@ from xdsl.ir import Operation, SSAValue
 from xtpu.dialects.fusion import FusionRegionOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
+from xtpu.runtime import codegen
 from xtpu.runtime.buffers import assign
 
 __all__ = ["fused_kernel", "inner_op", "value_key", "writes_results"]
@@ -44,11 +43,6 @@ class _Lines:
 
     def __init__(self, ops: dict[int, Operation]):
         self.ops = ops
-
-
-#: A fused kernel's code name -> its lines (alive while the kernel is).
-_CODE: weakref.WeakValueDictionary[str, _Lines] = weakref.WeakValueDictionary()
-_ids = itertools.count()
 
 
 class _Kept(threading.local):
@@ -65,8 +59,8 @@ def inner_op(frame_or_tb: Any) -> Operation | None:
     op, not the region, when a kernel fails."""
     frame = getattr(frame_or_tb, "tb_frame", frame_or_tb)
     lineno = getattr(frame_or_tb, "tb_lineno", None) or frame.f_lineno
-    lines = _CODE.get(frame.f_code.co_filename)
-    return None if lines is None else lines.ops.get(lineno)
+    lines = codegen.owner(frame)
+    return lines.ops.get(lineno) if isinstance(lines, _Lines) else None
 
 
 def value_key(v: SSAValue) -> tuple[tuple[int, ...], Any] | None:
@@ -149,10 +143,7 @@ def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | Non
 
     namespace: dict[str, Any] = {f"k{i}": k for i, k in enumerate(kernels)}
     namespace.update({f"o{i}": k for i, k in enumerate(outk) if k is not None})
-    namespace.update(_kept=_Kept(slots.keys), _lines=by_line)
-    filename = f"<xtpu fusion #{next(_ids)}>"
-    _CODE[filename] = by_line
-    exec(compile(source, filename, "exec"), namespace)
-    fused = namespace["fused"]
+    namespace.update(_kept=_Kept(slots.keys))
+    fused = codegen.define(source, "fusion", "fused", namespace, by_line)
     fused.source = source
     return fused

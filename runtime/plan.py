@@ -11,7 +11,6 @@ failed, at no cost on the normal path.
 
 from __future__ import annotations
 
-import itertools
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ from xtpu.dialects.hlo_host import StringConstantOp
 from xtpu.dialects.locations import format_location
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
+from xtpu.runtime import codegen
 from xtpu.runtime import profiler as _profiler
 from xtpu.runtime.buffers import Buffers, Slots, assign
 from xtpu.runtime.channels import ChannelClosed
@@ -221,13 +221,11 @@ class Plan:
             self._emit_segments(lines, entries, rets)
         lines.append("    return (" + "".join(f"{r}, " for r in rets) + ")")
         self.source = "\n".join(lines) + "\n"
-        namespace: dict[str, Any] = {}
-        filename = f"<xtpu plan {name} #{next(_plan_ids)}>"
-        code = compile(self.source, filename, "exec")
-        exec(code, namespace)
-        self.run: Callable[[Sequence[Any], Sequence[Any]], tuple] = namespace[_ident(name)]
-        self._code_name = filename
-        _PLANS[filename] = self
+        # The plan is found from its frames through a weak reference: the
+        # code object may be shared with plans of the same source.
+        self.run: Callable[[Sequence[Any], Sequence[Any]], tuple] = codegen.define(
+            self.source, "plan", _ident(name), {}, weakref.ref(self)
+        )
 
     def _emit_segments(
         self, lines: list[str], entries: list[tuple[int, list[str], list[str], bool]], rets: list[str]
@@ -498,7 +496,7 @@ class Plan:
         the innermost op when the failure was inside a region's sub-plan."""
         found = None
         while tb is not None:
-            plan = _PLANS.get(tb.tb_frame.f_code.co_filename)
+            plan = _plan_of(tb)
             if plan is not None:
                 i = plan._line_of_op.get(tb.tb_lineno)
                 if i is not None:
@@ -515,7 +513,7 @@ def running_op(frame) -> Operation | None:
         inner = fused_inner_op(frame)
         if inner is not None:
             return inner
-        plan = _PLANS.get(frame.f_code.co_filename)
+        plan = _plan_of(frame)
         if plan is not None:
             i = plan._line_of_op.get(frame.f_lineno)
             if i is not None:
@@ -546,8 +544,11 @@ def _ident(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)
 
 
-_plan_ids = itertools.count()
-_PLANS: weakref.WeakValueDictionary[str, Plan] = weakref.WeakValueDictionary()
+def _plan_of(frame_or_tb: Any) -> Plan | None:
+    """The plan whose ``run`` a frame (or traceback entry) executes."""
+    ref = codegen.owner(frame_or_tb)
+    plan = ref() if isinstance(ref, weakref.ref) else None
+    return plan if isinstance(plan, Plan) else None
 
 
 def free_values(op: Operation) -> list[SSAValue]:

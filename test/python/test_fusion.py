@@ -19,6 +19,7 @@ import xla_reference as X  # noqa: E402  (before jax: it asks for 8 CPU devices)
 
 import xtpu  # noqa: E402
 from xtpu.passes import DEFAULT_PIPELINE  # noqa: E402
+from xtpu.runtime import codegen  # noqa: E402
 from xtpu.runtime.errors import XtpuRuntimeError  # noqa: E402
 
 UNFUSED = ",".join(DEFAULT_PIPELINE)
@@ -106,6 +107,32 @@ def test_a_failing_op_in_a_region_is_named():
         with np.errstate(all="raise"):
             c([[a, np.zeros(2, np.int32)]])
     assert "fusion.region" not in str(e.value)
+
+
+def _floor_div_twice_plus_one(a, b):
+    return (a // b) * 2 + 1
+
+
+def _floor_div_twice_plus_one_again(a, b):
+    return (a // b) * 2 + 1
+
+
+def test_programs_sharing_generated_code_name_their_own_source_line():
+    """Two programs of the same structure share their plans' and regions'
+    code objects (runtime/codegen.py); a failure in each still names that
+    program's own source line."""
+    a = np.array([4, 5], np.int32)
+    first = xtpu.lower(_floor_div_twice_plus_one, [[a, a]]).compile()
+    hits = codegen._code.cache_info().hits
+    second = xtpu.lower(_floor_div_twice_plus_one_again, [[a, a]]).compile()
+    assert codegen._code.cache_info().hits >= hits + 2  # its plan and its region
+    assert first.executable is not second.executable
+    for c, fn in [(second, _floor_div_twice_plus_one_again), (first, _floor_div_twice_plus_one)]:
+        line = fn.__code__.co_firstlineno + 1
+        with pytest.raises(XtpuRuntimeError) as e:
+            with np.errstate(all="raise"):
+                c([[a, np.zeros(2, np.int32)]])
+        assert f"test_fusion.py:{line}" in str(e.value), str(e.value)
 
 
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, np.float32])
