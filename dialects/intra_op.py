@@ -110,6 +110,13 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.nd
         a, b, o = pieces[0]
         np.matmul(a, b, out=o)
     finally:
-        for f in futures:
-            f.result()
+        # A piece no pool thread has started yet (its thread waits for a
+        # core another process holds) runs here instead of being waited
+        # for, as a work-stealing pool's caller would: the split never
+        # costs more than the caller doing every piece itself.
+        for f, (a, b, o) in zip(futures, pieces[1:]):
+            if f.cancel():
+                np.matmul(a, b, out=o)
+            else:
+                f.result()
     return out

@@ -183,6 +183,31 @@ def test_a_forked_child_splits_on_a_pool_of_its_own(parts):
     assert os.waitstatus_to_exitcode(status) == 0
 
 
+def test_a_piece_no_pool_thread_started_runs_in_the_caller(parts):
+    """While every pool thread is busy (as when another process holds the
+    cores), the caller runs the pieces itself instead of waiting: the
+    product is right and does not wait for the busy thread."""
+    import threading
+    import time
+
+    parts(2)
+    x = np.arange(512 * 512, dtype=np.float32).reshape(512, 512) % 7
+    want = np.matmul(x, x)
+    intra_op.matmul(x, x)  # the pool exists
+    release = threading.Event()
+    blocker = intra_op._executor(1).submit(release.wait, 30)
+    try:
+        t = time.perf_counter()
+        got = intra_op.matmul(x, x)
+        took = time.perf_counter() - t
+        assert not blocker.done()  # the pool thread was busy the whole time
+    finally:
+        release.set()
+        blocker.result()
+    np.testing.assert_array_equal(got, want)
+    assert took < 10.0  # not the 30 s the pool thread was held for
+
+
 def test_a_step_with_a_large_convolution_splits_it(monkeypatch):
     """A convolution's im2col product is split like a matmul: [8, 32, 32, 16]
     by 3x3x16x32 (37.7M multiply-adds); the values equal the eager ones."""
