@@ -127,19 +127,37 @@ def identity_operand(op: Operation, splats: _Splats) -> SSAValue | None:
     return None
 
 
+class _Key:
+    """An op's CSE key with its hash computed once (xDSL attributes hash
+    their whole contents at every call; a dict hashes a key at each lookup
+    and insertion)."""
+
+    __slots__ = ("hash", "parts")
+
+    def __init__(self, parts: tuple) -> None:
+        self.parts = parts
+        self.hash = hash(parts)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and self.hash == other.hash and self.parts == other.parts
+
+
 def _key(op: Operation) -> Hashable | None:
     try:
-        key = (
-            op.name,
-            tuple(op.operands),
-            tuple(sorted(op.properties.items())),
-            tuple(sorted(op.attributes.items())),
-            tuple(r.type for r in op.results),
+        return _Key(
+            (
+                op.name,
+                tuple(op.operands),
+                tuple(sorted(op.properties.items())),
+                tuple(sorted(op.attributes.items())),
+                tuple(r.type for r in op.results),
+            )
         )
-        hash(key)
     except TypeError:
         return None
-    return key
 
 
 @dataclass

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.traits import Pure
 
@@ -211,11 +211,14 @@ def _outline(block: Block, members: list[Operation], kind: str) -> None:
     body = Block(arg_types=[v.type for v in inputs])
     for a, v in zip(body.args, inputs):
         a.name_hint = v.name_hint
-    fused = FusionRegionOp.build(
-        operands=[inputs],
-        result_types=[[r.type for r in outputs]],
+    # ``create``: the generic constructor (``build`` checks each argument
+    # against the op's definition: a third of this pass's time); the
+    # module is verified after the pipeline.
+    fused = FusionRegionOp.create(
+        operands=inputs,
+        result_types=[r.type for r in outputs],
         properties={"kind": StringAttr(kind)},
-        regions=[[body]],
+        regions=[Region(body)],
     )
     compute = [m for m in members if not isinstance(m, hlo.BroadcastInDimOp | hlo.ConvertOp)] or members
     fused.location = compute[0].location
@@ -245,4 +248,4 @@ def _outline(block: Block, members: list[Operation], kind: str) -> None:
             if arg is not None:
                 m.operands[i] = arg
         body.add_op(m)
-    body.add_op(FusionYieldOp.build(operands=[outputs]))
+    body.add_op(FusionYieldOp.create(operands=outputs))
