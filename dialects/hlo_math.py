@@ -177,6 +177,8 @@ def _erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     +-0.0 kept, +-inf to +-1, NaN to NaN.  About 4x faster than
     ``scipy.special.erf`` on float32 (2.2 against 8.9 ms for 512K
     elements)."""
+    if out is None:  # a 0-d operand: np.clip would return a scalar, which out= cannot take
+        out = np.empty(np.shape(x), np.float32)
     x = np.clip(x, np.float32(-4), np.float32(4), out=out)
     x2 = x * x
     r = _horner(x2, _ERF_P)

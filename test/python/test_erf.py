@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import special
 
+import xtpu
 from xtpu.dialects.hlo_math import ErfOp
 
 
@@ -47,6 +48,19 @@ def test_float32_special_values():
     assert np.isnan(got[4])
     np.testing.assert_array_equal(got[5:8], np.float32([1.0, -1.0, 1.0]))
     assert got[8] == np.float32(special.erf(1e-30))
+
+
+def test_a_scalar_float32_erf_is_the_arrays_value():
+    # A 0-d operand (the fuzz test's xtpu.math.erf of a scalar gradient) raised
+    # "return arrays must be of ArrayType", eagerly and compiled.
+    x = np.float32([1.5, -0.25, 3.0])
+    want = ErfOp.kernel(element_dtype="float32")(x)
+    for i, v in enumerate(x):
+        got = ErfOp.kernel(element_dtype="float32")(np.asarray(v))
+        assert got.shape == () and got.dtype == np.float32 and got == want[i]
+    got = xtpu.replicate(lambda v: xtpu.math.erf(v), [[np.float32(1.5)]])[0][0]
+    assert np.asarray(got) == want[0]
+    assert np.asarray(xtpu.math.erf(xtpu.constant(np.float32(-0.25)))) == want[1]
 
 
 @pytest.mark.parametrize("in_place", [False, True])
