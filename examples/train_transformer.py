@@ -25,7 +25,12 @@ float32 variables read as bfloat16 inside the step, so the embedding, the
 matmuls and the residual stream are bfloat16 (float32 accumulation); as
 Keras and BERT's TPU code do, layer norm, the attention softmax and the
 loss compute in float32 (a bfloat16 softmax over a long row loses too
-many bits); the optimizer's slots and updates stay float32.
+many bits); layer norm reads its gain and bias in float32 (Keras'
+``LayerNormalization`` does not autocast its variables) and the tied
+output layer is a float32 layer (TF's mixed-precision guide: the last
+layer in float32, ``dtype='float32'``; Keras casts its input to float32
+and reads its kernel in float32), so the logits and their gradient are
+not rounded to bfloat16; the optimizer's slots and updates stay float32.
 
 Run: ``python examples/train_transformer.py [--steps 300] [--replicas 8] [--precision mixed_bfloat16]``;
 ``XTPU_EXAMPLE_STEPS=N`` overrides the default number of steps (the test
@@ -134,12 +139,19 @@ def init_params(vocab: int, seq: int, dim: int, layers: int, seed: int) -> dict[
     return p
 
 
+def float32(v):
+    """``v`` in float32; a variable read as float32 (``read_value()``), as a
+    Keras layer that does not autocast reads it (``LayerNormalization``, a
+    layer made with ``dtype='float32'``), not its bfloat16 rounding."""
+    return v.read_value() if isinstance(v, xtpu.Variable) else xtpu.cast(v, xtpu.float32)
+
+
 def layer_norm(x, g, b, eps=1e-5):
     """``(x - mean) / sqrt(var + eps) * g + b`` over the last axis, in
-    float32 (Keras' LayerNormalization under a mixed policy), the result in
-    ``x``'s dtype."""
+    float32 with ``g`` and ``b`` read in float32 (Keras' LayerNormalization
+    under a mixed policy), the result in ``x``'s dtype."""
     dtype = x.dtype
-    x32, g32, b32 = (xtpu.cast(v, xtpu.float32) for v in (x, g, b))
+    x32, g32, b32 = (float32(v) for v in (x, g, b))
     mean, var = xtpu.nn.moments(x32, axes=[-1], keepdims=True)
     return xtpu.cast(xtpu.nn.batch_normalization(x32, mean, var, b32, g32, eps), dtype)
 
@@ -177,7 +189,8 @@ def logits_fn(p, tokens, layers: int, heads: int):
         x = x + attention(layer_norm(x, p[pre + "ln1_g"], p[pre + "ln1_b"]), p, pre, heads)
         x = x + mlp(layer_norm(x, p[pre + "ln2_g"], p[pre + "ln2_b"]), p, pre)
     x = layer_norm(x, p["lnf_g"], p["lnf_b"])
-    return xtpu.cast(xtpu.matmul(x, p["wte"], transpose_b=True), xtpu.float32)  # tied output layer; float32 logits
+    # The tied output layer, a float32 layer (TF's guide): float32 input, the embedding read in float32.
+    return xtpu.matmul(float32(x), float32(p["wte"]), transpose_b=True)
 
 
 def per_token_loss(p, tokens, targets, layers: int, heads: int):

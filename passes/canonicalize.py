@@ -8,7 +8,9 @@ and ``tf-tpu-extract-head-tail-outside-compilation``), on StableHLO's ops: the
 identities are those of MLIR's ``stablehlo`` / ``arith`` folders that are exact
 for every value (``x * 1``, ``x / 1``, ``x - 0``, ``x + (-0.0)`` for floats,
 ``x + 0`` for integers; a ``convert``, ``reshape``, ``broadcast_in_dim`` or
-``transpose`` that changes nothing), with the constant seen through
+``transpose`` that changes nothing; a float ``convert`` back to the dtype
+an exact widening came from, ``convert(convert(x, float32), bfloat16)``
+for a bfloat16 ``x``, as XLA's algebraic simplifier removes the pair), with the constant seen through
 ``broadcast_in_dim`` and ``reshape`` of a splat.  A value the gradient traces
 as ``ones * w`` is then ``w`` itself: when ``w`` is a replica input, a host
 cluster that uses it needs nothing from the device and runs in the head.
@@ -90,6 +92,19 @@ def _float(v: SSAValue) -> bool:
     return TensorSpec.of_type(v.type).dtype.startswith(("float", "bfloat"))
 
 
+#: float widenings that keep every value: ``(from, to)``.
+_EXACT_WIDENINGS = frozenset(
+    {("bfloat16", "float32"), ("bfloat16", "float64"), ("float16", "float32"), ("float16", "float64")}
+    | {("float32", "float64")}
+)
+
+
+def _widens_exactly(x: SSAValue, y: SSAValue) -> bool:
+    """Whether ``y`` (a convert of ``x``) holds every value of ``x`` exactly,
+    so that converting it back to ``x``'s dtype gives ``x``."""
+    return (TensorSpec.of_type(x.type).dtype, TensorSpec.of_type(y.type).dtype) in _EXACT_WIDENINGS
+
+
 _IDENTITY_OPS = (MultiplyOp, DivideOp, AddOp, SubtractOp, ConvertOp, ReshapeOp, BroadcastInDimOp, TransposeOp)
 
 
@@ -114,7 +129,12 @@ def identity_operand(op: Operation, splats: _Splats) -> SSAValue | None:
     elif isinstance(op, SubtractOp):
         lhs, rhs = op.operands
         found = lhs if splats.is_(rhs, 0, False if _float(result) else None) else None
-    elif isinstance(op, (ConvertOp, ReshapeOp)):
+    elif isinstance(op, ConvertOp):
+        found = op.operands[0]
+        inner = found.owner
+        if isinstance(inner, ConvertOp) and _widens_exactly(inner.operands[0], found):
+            found = inner.operands[0]  # convert(convert(x, wider), x's type) is x (XLA's algsimp)
+    elif isinstance(op, ReshapeOp):
         found = op.operands[0]
     elif isinstance(op, BroadcastInDimOp):
         dims = tuple(op.params()["broadcast_dimensions"])  # type: ignore[attr-defined]
@@ -234,7 +254,11 @@ class Canonicalize(ModulePass):
     ``divide`` by one, ``subtract`` of ``+0``, ``add`` of ``-0.0`` (floats;
     ``x + 0.0`` is not ``x`` for ``x = -0.0``) or of ``0`` (integers), and
     ``convert`` / ``reshape`` / ``broadcast_in_dim`` / ``transpose`` whose
-    result type is the operand's (and whose dimensions are in order).  The
+    result type is the operand's (and whose dimensions are in order), and
+    a ``convert`` of an exactly widening ``convert`` back to the original
+    type (bfloat16 / float16 -> float32 / float64 -> back, float32 ->
+    float64 -> back: ``x`` itself, a NaN's payload included, as XLA's
+    algebraic simplifier gives it).  The
     constant is an ``hlo.constant`` whose elements all have the same bits,
     also through ``broadcast_in_dim`` / ``reshape`` of one.  Then equal pure
     ops (same name, operands, properties, attributes and types) are merged

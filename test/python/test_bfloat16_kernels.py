@@ -229,3 +229,34 @@ def test_elementwise_chain_has_xlas_bits():
     # and not the chain computed in float32 and rounded once
     once = (a.astype(np.float32) * b.astype(np.float32) + c.astype(np.float32)).astype(BF16)
     assert (_bits16(once) != _bits16(want[0])).any()
+
+
+def test_convert_pairs_have_xlas_bits():
+    """``x.astype(float32).astype(bfloat16)`` of a bfloat16 ``x`` is ``x``
+    itself in a compiled program, every NaN payload kept, as ``jax.jit``
+    gives it (XLA's algebraic simplifier removes the pair; hlo-canonicalize
+    does too), while eagerly each convert runs (a NaN leaves quiet); the
+    other order rounds, as under ``jax.jit``."""
+    import jax
+
+    x = _bfloat16_cases()
+    f32 = _float32_cases()[:4096]
+
+    def f(x, y):
+        return x.astype(np.float32).astype(BF16), y.astype(BF16).astype(np.float32)
+
+    want = [np.asarray(v) for v in jax.jit(f)(x, f32)]
+    (got,) = xtpu.replicate(
+        lambda x, y: (
+            xtpu.cast(xtpu.cast(x, xtpu.float32), xtpu.bfloat16),
+            xtpu.cast(xtpu.cast(y, xtpu.bfloat16), xtpu.float32),
+        ),
+        [[x, f32]],
+    )
+    np.testing.assert_array_equal(_bits16(got[0]), _bits16(x))
+    np.testing.assert_array_equal(_bits16(got[0]), _bits16(want[0]))
+    np.testing.assert_array_equal(np.asarray(got[1]).view(np.uint32), np.asarray(want[1]).view(np.uint32))
+    with np.errstate(invalid="ignore"):
+        reference = x.astype(np.float32).astype(BF16)
+    eager = xtpu.cast(xtpu.cast(xtpu.constant(x), xtpu.float32), xtpu.bfloat16).numpy()
+    np.testing.assert_array_equal(_bits16(eager), _bits16(reference))

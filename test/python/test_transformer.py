@@ -7,6 +7,7 @@ and the example itself runs in a short form and learns."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -112,3 +113,48 @@ def test_example_runs_short_and_learns_in_both_precisions(capsys):
         final[precision] = ppl[-1]
         assert xtpu.keras.mixed_precision.global_policy().name == "float32"
     assert abs(final["mixed_bfloat16"] / final["float32"] - 1) <= 0.05, final
+
+
+def test_mixed_bfloat16_reads_layer_norm_and_output_layer_in_float32():
+    """Under mixed_bfloat16 the step reads the layer-norm gains and biases
+    and the tied output layer's embedding as float32 (Keras'
+    LayerNormalization does not autocast its variables; TF's guide: the
+    last layer in float32), the other weights as bfloat16: in the traced IR
+    the only [DIM] variables converted to bfloat16 are the two bfloat16
+    biases of each layer, the embedding table is never converted whole
+    (its gathered rows are), and the logits are a float32 x float32
+    dot_general with it; loss and gradients equal the float32 JAX model's
+    to bfloat16's precision."""
+    params, tokens, targets = setup()
+    names = sorted(params)
+    previous = xtpu.keras.mixed_precision.global_policy()
+    xtpu.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        strategy = xtpu.TPUStrategy(xtpu.TPUClusterResolver(num_cores=1))
+        with strategy.scope():
+            w = {k: xtpu.Variable(v, name=k) for k, v in params.items()}
+    finally:
+        xtpu.keras.mixed_precision.set_global_policy(previous)
+
+    def step(tok, tgt):
+        with xtpu.GradientTape() as tape:
+            loss = tt.loss_fn(w, tok, tgt, LAYERS, HEADS, global_batch_size=BATCH * SEQ)
+        return [loss] + tape.gradient(loss, [w[k] for k in names])
+
+    @xtpu.function
+    def run(tok, tgt):
+        return strategy.run(step, args=(tok, tgt))
+
+    text = run.experimental_get_compiler_ir(tokens, targets)("hlo")
+    reads = [line.split(" : ")[-1] for line in text.splitlines() if re.search(r"hlo\.convert %input\d+ :", line)]
+    assert reads.count(f"(tensor<{DIM}xf32>) -> tensor<{DIM}xbf16>") == 2 * LAYERS, reads
+    assert f"(tensor<{VOCAB}x{DIM}xf32>) -> tensor<{VOCAB}x{DIM}xbf16>" not in reads
+    logits = f"(tensor<{BATCH}x{SEQ}x{DIM}xf32>, tensor<{VOCAB}x{DIM}xf32>) -> tensor<{BATCH}x{SEQ}x{VOCAB}xf32>"
+    assert any("hlo.dot_general" in line and logits in line for line in text.splitlines()), text
+    got = [np.asarray(v) for v in strategy.experimental_local_results(run(tokens, targets))[0]]
+    want_loss, want_grads = jax.value_and_grad(jax_loss)(
+        {k: jnp.asarray(v) for k, v in params.items()}, tokens, targets
+    )
+    assert rel(got[0], want_loss) <= 1e-2
+    for k, g in zip(names, got[1:]):
+        assert g.dtype == np.float32 and rel(g, want_grads[k]) <= 0.05, (k, rel(g, want_grads[k]))

@@ -62,6 +62,33 @@ func.func @integer_zeros_and_no_op_conversions(%a: tensor<3xi32>) -> tensor<3xi3
 
 // -----
 
+// A float convert back from an exact widening is the original value (XLA's
+// algebraic simplifier: a bf16 NaN keeps its payload); the other order
+// rounds, and a narrowing pair too: both stay.
+// CHECK-LABEL: func @convert_pairs
+// CHECK:         tpu.replicate([%a] as %x: tensor<3xbf16>, [%b] as %f: tensor<3xf32>, [%c] as %h: tensor<3xf16>) {n = 1 : i64} {
+// CHECK-NEXT:      %r = hlo.convert %f : (tensor<3xf32>) -> tensor<3xbf16>
+// CHECK-NEXT:      %s = hlo.convert %r : (tensor<3xbf16>) -> tensor<3xf32>
+// CHECK-NEXT:      %n = hlo.convert %h : (tensor<3xf16>) -> tensor<3xbf16>
+// CHECK-NEXT:      %m = hlo.convert %n : (tensor<3xbf16>) -> tensor<3xf16>
+// CHECK-NEXT:      tpu.yield %x, %s, %h, %m : tensor<3xbf16>, tensor<3xf32>, tensor<3xf16>, tensor<3xf16>
+func.func @convert_pairs(%a: tensor<3xbf16>, %b: tensor<3xf32>, %c: tensor<3xf16>) -> (tensor<3xbf16>, tensor<3xf32>, tensor<3xf16>, tensor<3xf16>) {
+  %0, %1, %2, %3 = tpu.replicate([%a] as %x: tensor<3xbf16>, [%b] as %f: tensor<3xf32>, [%c] as %h: tensor<3xf16>) {n = 1 : i64} {
+    %w = hlo.convert %x : (tensor<3xbf16>) -> tensor<3xf32>
+    %y = hlo.convert %w : (tensor<3xf32>) -> tensor<3xbf16>
+    %r = hlo.convert %f : (tensor<3xf32>) -> tensor<3xbf16>
+    %s = hlo.convert %r : (tensor<3xbf16>) -> tensor<3xf32>
+    %hw = hlo.convert %h : (tensor<3xf16>) -> tensor<3xf64>
+    %hb = hlo.convert %hw : (tensor<3xf64>) -> tensor<3xf16>
+    %n = hlo.convert %h : (tensor<3xf16>) -> tensor<3xbf16>
+    %m = hlo.convert %n : (tensor<3xbf16>) -> tensor<3xf16>
+    tpu.yield %y, %s, %hb, %m : tensor<3xbf16>, tensor<3xf32>, tensor<3xf16>, tensor<3xf16>
+  }
+  func.return %0, %1, %2, %3 : tensor<3xbf16>, tensor<3xf32>, tensor<3xf16>, tensor<3xf16>
+}
+
+// -----
+
 // A constant whose elements differ is no identity.
 // CHECK-LABEL: func @not_a_splat
 // CHECK:         %y = hlo.multiply %x, %c : tensor<2xf32>
