@@ -15,7 +15,11 @@ are compiled with numba (LLVM, vectorised) and give the same bits:
   normalization of one HLO op -- in one pass;
 * :func:`widen` -- bfloat16 / float16 to float32, a broadcast operand
   widened once per distinct element (ml_dtypes' cast of a stride-0 view
-  runs element by element: 290 us for a bfloat16 ``[256, 512]`` of ones).
+  runs element by element: 290 us for a bfloat16 ``[256, 512]`` of ones);
+* :func:`round_trip` -- float32 to bfloat16 and back to float32 (the bits
+  of the two converts, XLA keeps both) in one pass, at the cost of a copy:
+  a fused region's ``convert(convert(x, bf16), f32)`` whose bfloat16 value
+  nothing else reads (:func:`round_trip_pairs`).
 
 Without numba (not installed, or ``XTPU_NO_NUMBA=1``) the same functions
 fall back to ml_dtypes' ``astype`` and numpy's float32 ufuncs: the same
@@ -33,8 +37,19 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+from xdsl.dialects.builtin import BFloat16Type, Float32Type, TensorType
 
-__all__ = ["BF16", "binary", "round_f32", "widen", "BINARY_UFUNCS", "compiled", "load"]
+__all__ = [
+    "BF16",
+    "binary",
+    "round_f32",
+    "round_trip",
+    "round_trip_pairs",
+    "widen",
+    "BINARY_UFUNCS",
+    "compiled",
+    "load",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -164,11 +179,22 @@ def _compile() -> dict[str, Callable[..., Any]]:
                 if (b & U(0x7FFFFFFF)) > U(0x7F800000):
                     out[i] = nan(b)
 
+    @kernel
+    def round_trip_into(x, out):
+        """out = widen(round(x)), float32 bits (uint32) both; a NaN's
+        rounding chosen per element (a select: one vectorised pass; out
+        must not be x, whose aliasing check would keep the loop scalar)."""
+        for i in range(x.size):
+            b = x[i]
+            h = nan(b) if (b & U(0x7FFFFFFF)) > U(0x7F800000) else fast(b)
+            out[i] = U(h) << U(16)
+
     # Compile (or load from numba's cache) the signatures xtpu calls.
     u32, u16 = np.zeros(1, np.uint32), np.zeros(1, np.uint16)
     round_into(u32, u16)
     binary_into(0, u16, u16, u16.copy())
-    return {"round_into": round_into, "binary_into": binary_into}
+    round_trip_into(u32, u32.copy())
+    return {"round_into": round_into, "binary_into": binary_into, "round_trip_into": round_trip_into}
 
 
 _KERNELS: dict[str, Callable[..., Any]] | None = None  # None: not loaded yet
@@ -251,6 +277,49 @@ def round_f32(x: Any, out: np.ndarray | None = None) -> np.ndarray:
         return out
     k(src.view(np.uint32), dst.view(_U16))
     return out
+
+
+def round_trip(x: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """float32 ``x`` rounded to bfloat16 and widened back to float32 (the
+    bits of ``convert(convert(x, bfloat16), float32)``, a NaN quiet with its
+    sign), into ``out`` (a float32 array of ``x``'s shape, not ``x``) when
+    given: one pass instead of two and no bfloat16 temporary."""
+    x = np.asarray(x, dtype=_F32)
+    if out is None:
+        out = np.empty(x.shape, _F32)
+    k = _get().get("round_trip_into")
+    src, dst = _flat(x), _flat(out)
+    if k is None or src is None or dst is None or x.shape != out.shape or np.shares_memory(x, out):
+        np.copyto(out, round_f32(x), casting="unsafe")
+        return out
+    k(src.view(np.uint32), dst.view(np.uint32))
+    return out
+
+
+def round_trip_pairs(ops: list[Any], yielded: Any) -> dict[Any, Any]:
+    """In a fused region's body ``ops`` (``yielded``: the values the region
+    yields), each ``hlo.convert`` from bfloat16 to float32 whose operand is
+    an ``hlo.convert`` of a float32 value to bfloat16 that nothing else
+    reads: ``{second convert: first convert}``.  The pair is one
+    :func:`round_trip` (the runtime runs it so, runtime/fusion.py)."""
+    inside = set(ops)
+    pairs = {}
+    for o in ops:
+        if o.name != "hlo.convert" or not (_elem(o.results[0], Float32Type) and _elem(o.operands[0], BFloat16Type)):
+            continue
+        first = o.operands[0].owner
+        if first not in inside or first.name != "hlo.convert" or not _elem(first.operands[0], Float32Type):
+            continue
+        v = first.results[0]
+        if v in yielded or any(u.operation is not o for u in v.uses):
+            continue
+        pairs[o] = first
+    return pairs
+
+
+def _elem(v: Any, kind: type) -> bool:
+    """Whether ``v`` is a tensor of ``kind`` elements."""
+    return isinstance(v.type, TensorType) and isinstance(v.type.element_type, kind)
 
 
 def widen(x: Any) -> np.ndarray:

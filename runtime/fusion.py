@@ -17,7 +17,11 @@ does) call their kernel as the unfused program does.  The region's results
 are new arrays, or written into the arrays the caller passes as ``_outs``
 (the plan's buffers, runtime/plan.py).  So a chain of elementwise ops
 allocates no temporaries after its first call, and takes no page faults for
-them.
+them.  One pair of ops runs as one kernel: a float32 value converted to
+bfloat16 and back whose bfloat16 value nothing else reads (a mixed-precision
+gradient rounded to the variable's compute dtype and widened for the
+update) is one :func:`xtpu.dialects.bfloat16.round_trip`, the two converts'
+bits in one pass.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
+from xtpu.dialects import bfloat16 as B16
 from xtpu.dialects.fusion import FusionRegionOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
@@ -78,6 +83,16 @@ def _out_kernel(o: Operation) -> Callable[..., Any] | None:
     return type(o).out_kernel(**o.params()) if isinstance(o, PrimitiveOp) else None
 
 
+def _round_trip_into(out: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return B16.round_trip(x, out=out)
+
+
+def _in_place(o: Operation, pairs: dict) -> bool:
+    """Whether ``o`` may write over its operand (a round trip may not: its
+    one pass would not vectorise)."""
+    return False if o in pairs else type(o).OUT_IN_PLACE
+
+
 def writes_results(op: FusionRegionOp) -> list[bool]:
     """For each result of ``op``: whether its fused kernel can write it into
     a given array (``fused(*xs, _outs=...)``): its body op has an
@@ -95,14 +110,21 @@ def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | Non
     block = op.body.block
     ops = [o for o in block.ops if o is not block.last_op]
     yielded = list(block.last_op.operands)
+    # float32 -> bfloat16 -> float32 with nothing else reading the bfloat16
+    # value: one pass of the second convert on the first's operand.
+    pairs = B16.round_trip_pairs(ops, set(yielded))
+    ops = [o for o in ops if o not in set(pairs.values())]
+    operands = {o: [pairs[o].operands[0]] if o in pairs else list(o.operands) for o in ops}
     kernels: list[Any] = []
     for o in ops:
         if not isinstance(o, PrimitiveOp):
             raise NotImplementedError(f"the runtime cannot execute '{o.name}' in a fusion.region")
-        kernels.append(kernel_of(o) if kernel_of is not None else type(o).kernel(**o.params()))
-    outk = [_out_kernel(o) for o in ops]
+        kernels.append(
+            B16.round_trip if o in pairs else kernel_of(o) if kernel_of is not None else type(o).kernel(**o.params())
+        )
+    outk = [_round_trip_into if o in pairs else _out_kernel(o) for o in ops]
     steps = [
-        (list(o.operands), list(o.results), [value_key(r) for r in o.results], k is not None, type(o).OUT_IN_PLACE)
+        (operands[o], list(o.results), [value_key(r) for r in o.results], k is not None, _in_place(o, pairs))
         for o, k in zip(ops, outk)
     ]
     slots = assign(steps, set(yielded))  # values of 64 KB or less: the kernel itself
@@ -113,7 +135,7 @@ def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | Non
     line_op: dict[int, Operation] = {}
     for i, o in enumerate(ops):
         r = o.results[0]
-        args = ", ".join(names[a] for a in o.operands)
+        args = ", ".join(names[a] for a in operands[o])
         name = names[r] = f"v{i}"
         s = slots.slot_of.get(r)
         line_op[len(lines) + 1] = o  # + the head's lines, below

@@ -15,6 +15,7 @@ import pytest
 
 import xtpu
 from xtpu.dialects import bfloat16 as B16
+from xtpu.passes import DEFAULT_PIPELINE
 from xtpu.runtime.communicator import reduce_in_order
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -260,3 +261,59 @@ def test_convert_pairs_have_xlas_bits():
         reference = x.astype(np.float32).astype(BF16)
     eager = xtpu.cast(xtpu.cast(xtpu.constant(x), xtpu.float32), xtpu.bfloat16).numpy()
     np.testing.assert_array_equal(_bits16(eager), _bits16(reference))
+
+
+@pytest.mark.parametrize("numba", [True, False])
+def test_round_trip_is_the_two_converts(numba, monkeypatch):
+    """``round_trip`` (one pass, float32 in and out) gives the bits of
+    ml_dtypes' rounding to bfloat16 widened back, on every special value,
+    tie, subnormal and random pattern; the fallback too."""
+    if not numba:
+        monkeypatch.setenv("XTPU_NO_NUMBA", "1")
+    x = _float32_cases()
+    with np.errstate(invalid="ignore"):
+        want = x.astype(BF16).astype(np.float32)
+    out = np.empty_like(x)
+    assert B16.round_trip(x, out=out) is out
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_array_equal(B16.round_trip(x).view(np.uint32), want.view(np.uint32))
+
+
+def test_fused_round_trip_runs_as_one_pass(monkeypatch):
+    """In a fused region, ``convert(convert(x, bf16), f32)`` whose bfloat16
+    value nothing else reads runs as one ``round_trip`` and gives the
+    unfused program's bits (each convert its own kernel); a bfloat16 value
+    that is also yielded keeps its two converts."""
+    calls = []
+    original = B16.round_trip
+
+    def counted(x, out=None):
+        calls.append(x.shape)
+        return original(x, out=out)
+
+    monkeypatch.setattr(B16, "round_trip", counted)
+    x = _float32_cases()[: 1 << 16].reshape(256, 256)
+
+    def f(x):
+        b = xtpu.cast(x * 2.0, xtpu.bfloat16)
+        return xtpu.cast(b, xtpu.float32) + 1.0
+
+    def g(x):
+        b = xtpu.cast(x * 2.0, xtpu.bfloat16)
+        return xtpu.cast(b, xtpu.float32) + 1.0, b
+
+    for fn, pairs in ((f, 1), (g, 0)):
+        lowered = xtpu.lower(fn, [[x]])
+        fused, unfused = lowered.compile(), lowered.compile(",".join(DEFAULT_PIPELINE))
+        assert "fusion.region" in fused.as_text() and "fusion.region" not in unfused.as_text()
+        calls.clear()
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = unfused([[x]])[0]
+            for _ in range(2):  # the second call writes into the kernel's kept buffers
+                got = fused([[x]])[0]
+                for w, v in zip(
+                    want if isinstance(want, (list, tuple)) else [want],
+                    got if isinstance(got, (list, tuple)) else [got],
+                ):
+                    np.testing.assert_array_equal(np.asarray(v).view(np.uint8), np.asarray(w).view(np.uint8))
+        assert len(calls) == 2 * pairs, (fn.__name__, calls)
