@@ -20,7 +20,9 @@ once into an ``xtpu.function`` and run repeatedly, in three precisions:
 
 Printed per precision: the best step time of several timed loops (the
 precisions' loops interleaved, so that a change of the machine's load
-touches all alike; the load average is printed first), the bytes the step's
+touches all alike; the load average is printed first) and the median CPU
+time of the process per step (steadier than the wall time when other work
+shares the machine; with several replicas, the sum of their threads'), the bytes the step's
 all-reduces move per replica (counted in the communicator), and the
 training loss after the timed steps (to show the runs train alike).  Next to it, the same step with JAX on one CPU device (jit,
 float32 and bfloat16 with ``preferred_element_type=float32``), when JAX is
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 
 import numpy as np
@@ -87,19 +90,24 @@ def build(precision: str, replicas: int, data, bf16_all_reduce: bool):
     return lambda: train(*args)
 
 
-def measure(fns: dict, repeats: int, inner: int) -> dict:
-    """The best time per call of each function over ``repeats`` loops of
-    ``inner`` calls, the functions' loops taken in turn."""
+def measure(fns: dict, repeats: int, inner: int) -> tuple[dict, dict]:
+    """The best wall time per call of each function over ``repeats`` loops
+    of ``inner`` calls, the functions' loops taken in turn, and the median
+    over the loops of the process's CPU time per call (every thread's: on a
+    machine shared with other work, the wall time's best loop swings by
+    +-20% from run to run, the CPU time's median by a few percent)."""
     for fn in fns.values():
         fn()
     best = dict.fromkeys(fns, float("inf"))
+    cpu: dict = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             for _ in range(inner):
                 fn()
             best[name] = min(best[name], (time.perf_counter() - t) / inner)
-    return best
+            cpu[name].append((time.process_time() - c) / inner)
+    return best, {name: statistics.median(v) for name, v in cpu.items()}
 
 
 def all_reduce_bytes(fn) -> int:
@@ -173,22 +181,24 @@ def main(argv=None) -> None:
         "mixed_bfloat16 + bf16 all-reduce": build("mixed_bfloat16", args.replicas, data, True),
     }
     nbytes = {name: all_reduce_bytes(fn) for name, fn in runs.items()}
-    times = measure(runs, args.repeats, args.inner)
-    base = times["float32"]
+    times, cpu = measure(runs, args.repeats, args.inner)
+    base, cbase = times["float32"], cpu["float32"]
     for name, fn in runs.items():
         out = fn()
         loss = float(np.asarray(getattr(out, "values", (out,))[0]))
         print(
-            f"  xtpu {name:34s} {1e3 * times[name]:8.2f} ms/step ({times[name] / base:4.2f}x float32)  "
+            f"  xtpu {name:34s} {1e3 * times[name]:8.2f} ms/step ({times[name] / base:4.2f}x float32), "
+            f"CPU {1e3 * cpu[name]:6.2f} ms ({cpu[name] / cbase:5.3f}x)  "
             f"all-reduce {nbytes[name]:>9,d} bytes/replica ({nbytes[name] / max(nbytes['float32'], 1):4.2f}x)  "
             f"loss {loss:.4f}"
         )
     jax_runs = jax_steps(data, args.width)
     if jax_runs:
-        jtimes = measure(jax_runs, args.repeats, args.inner)
+        jtimes, jcpu = measure(jax_runs, args.repeats, args.inner)
         for name, t in jtimes.items():
             print(
-                f"  JAX  {name:34s} {1e3 * t:8.2f} ms/step ({t / jtimes['float32']:4.2f}x float32), one replica's batch"
+                f"  JAX  {name:34s} {1e3 * t:8.2f} ms/step ({t / jtimes['float32']:4.2f}x float32), "
+                f"CPU {1e3 * jcpu[name]:6.2f} ms ({jcpu[name] / jcpu['float32']:5.3f}x), one replica's batch"
             )
 
 
