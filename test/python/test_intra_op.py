@@ -136,18 +136,22 @@ def test_a_step_of_small_matmuls_leaves_blas_as_it_is(monkeypatch):
 
 
 def test_replicas_share_the_budget_with_the_split(monkeypatch):
-    """Two replicas on a budget of 4 cores: 2 threads each for the split,
-    BLAS on one."""
+    """Two replicas on a budget of 4 cores, a thread each (whatever
+    ``XTPU_INTER_OP_THREADS`` says): 2 threads each for the split, BLAS on
+    one."""
     if not numpy_blas_threads():
         pytest.skip("numpy has no BLAS that threadpoolctl controls")
     xtpu.config.threading.set_intra_op_parallelism_threads(4)
+    xtpu.config.threading.set_inter_op_parallelism_threads(2)
     try:
         rng = np.random.default_rng(2)
         inputs = [[rng.standard_normal((512, 256)).astype(np.float32), np.eye(256, 512, dtype=np.float32)]] * 2
         c = xtpu.lower(step, inputs).compile()
+        assert c.executable.replica_execution[0] == "threads"
         out, seen = _spied_run(monkeypatch, c, inputs)
     finally:
         xtpu.config.threading.set_intra_op_parallelism_threads(0)
+        xtpu.config.threading.set_inter_op_parallelism_threads(0)
     assert seen and {s[0] for s in seen} == {2} and {s[1] for s in seen} == {(1,) * len(numpy_blas_threads())}
     for r in range(2):
         np.testing.assert_allclose(np.asarray(out[r][0]), np.tanh(inputs[r][0] @ inputs[r][1]), rtol=1e-5, atol=1e-6)
