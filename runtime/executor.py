@@ -1138,7 +1138,7 @@ def _mpi_program(exe: Executable, comm: Any = None) -> Communicator:
         elif isinstance(op, (ccl.AllReduceOp, ccl.AllGatherOp, ccl.ReduceScatterOp, ccl.AllToAllOp)):
             groups.append([list(g) for g in op.params()["replica_groups"]])
     comm.prepare(groups, pairs)
-    exe._shared_outputs = _all_reduced_outputs(exe) if C == 1 else None
+    exe._shared_outputs = _all_reduced_outputs(exe) if C == 1 and exe.replicate is not None else None
     return comm
 
 

@@ -71,7 +71,13 @@ def run_cases() -> dict:
     out["six_replicas_groups"] = xtpu.replicate(
         lambda x: xtpu.cross_replica_sum(x, [[0, 1, 2], [3, 4, 5]]), [[v] for v in _floats(6, (4,), 5)]
     )
+    # No device program at all: soft placement moves every op to the host.
+    out["host_only"] = xtpu.replicate(_host_only, [[np.int32(4)], [np.int32(7)]])
     return out
+
+
+def _host_only(x):
+    return xtpu.strings.to_number(xtpu.strings.format("{}0", x))
 
 
 def host_variable_case() -> list:
