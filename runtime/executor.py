@@ -631,8 +631,12 @@ class Executable:
         ``("sequential", why)`` (all replicas in one thread),
         ``("threads", why)`` (a thread per replica) or ``("blocks", why)``
         (:attr:`replica_threads` threads, each running a block of
-        replicas); runtime/sequential.py."""
+        replicas); runtime/sequential.py.  Under MPI a rank always runs a
+        thread per replica (``"threads"``), BLAS as for the threads the
+        choice would have."""
         w = self.replica_threads
+        if self.world is not None:
+            return "threads", f"the MPI backend runs a thread per replica (BLAS as for {w} at once)"
         kind = "sequential" if w == 1 else "threads" if w >= len(self.local_replicas) else "blocks"
         if self._sequential_reason is not None:
             return kind, f"the program cannot run sequentially: {self._sequential_reason}"

@@ -151,6 +151,21 @@ def local_outputs_case(rank: int, size: int) -> None:
             assert out[r][0] is None, out
 
 
+def replica_execution_case() -> None:
+    """Under MPI a rank runs a thread per replica whatever the inter-op
+    setting, and says so (it said "sequential" or "blocks" when the setting
+    asked for them)."""
+    xs = [[v] for v in _floats(4, (5,), 6)]
+    c = xtpu.lower(lambda x: xtpu.cross_replica_sum(x * 2.0), xs).compile()
+    for threads in (1, 2, 4):
+        xtpu.config.threading.set_inter_op_parallelism_threads(threads)
+        try:
+            kind, why = c.executable.replica_execution
+        finally:
+            xtpu.config.threading.set_inter_op_parallelism_threads(0)
+        assert kind == "threads" and why.startswith("the MPI backend runs a thread per replica"), (threads, kind, why)
+
+
 def main(out_dir: str) -> int:
     rank = xtpu.distributed.process_index()
     size = xtpu.distributed.process_count()
@@ -158,6 +173,7 @@ def main(out_dir: str) -> int:
     ran = run_suite_functions()
     if size > 1:
         local_outputs_case(rank, size)
+    replica_execution_case()
     with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
         pickle.dump(results, f)
     print(f"rank {rank} of {size}: cases {sorted(results)}; suite functions {len(ran)}", flush=True)
