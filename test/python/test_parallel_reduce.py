@@ -19,9 +19,12 @@ def left_fold(values, fn):
 
 @pytest.fixture
 def two_cores(monkeypatch):
+    """xtpu may use 2 cores: the process's, whatever ``XTPU_INTRA_OP_THREADS`` says."""
     from xtpu.runtime import blas_budget
 
     monkeypatch.setattr(blas_budget, "cores", lambda: 2)
+    monkeypatch.delenv("XTPU_INTRA_OP_THREADS", raising=False)
+    assert blas_budget.budget() == 2
 
 
 def spy_chunks(monkeypatch):
