@@ -435,7 +435,9 @@ def left_fold(values, reduction):
 @pytest.fixture
 def tiny_split(monkeypatch):
     """Every reduction of two or more operands splits, down to one element
-    a thread, over ``cores()`` threads (set by the returned function)."""
+    a thread, over ``cores()`` threads (set by the returned function),
+    whatever ``XTPU_INTRA_OP_THREADS`` says."""
+    monkeypatch.delenv("XTPU_INTRA_OP_THREADS", raising=False)
     monkeypatch.setattr(comm, "PARALLEL_REDUCE_OPS", 1)
     monkeypatch.setattr(comm, "PARALLEL_REDUCE_MIN_CHUNK", 1)
     return lambda k: monkeypatch.setattr(blas_budget, "cores", lambda: k)
@@ -490,6 +492,7 @@ def test_operands_of_one_shape_with_different_strides(tiny_split):
 def test_a_split_reduction_uses_no_more_threads_than_the_intra_op_budget(monkeypatch, intra_op):
     # TF's intra_op_parallelism_threads bounds the threads one op uses; a
     # program that set it to 1 (one core for xtpu) gets no split reduction.
+    monkeypatch.delenv("XTPU_INTRA_OP_THREADS", raising=False)
     monkeypatch.setattr(blas_budget, "cores", lambda: 8)
     values = [np.ones(4 * comm.PARALLEL_REDUCE_MIN_CHUNK, np.float32)] * 3
     values = [v.copy() for v in values]
@@ -504,7 +507,9 @@ def test_a_split_reduction_uses_no_more_threads_than_the_intra_op_budget(monkeyp
 @pytest.fixture
 def small_split(monkeypatch):
     """Reductions of 4096 elements and more split over 3 threads (so the
-    tests below split with small operands)."""
+    tests below split with small operands), whatever
+    ``XTPU_INTRA_OP_THREADS`` says."""
+    monkeypatch.delenv("XTPU_INTRA_OP_THREADS", raising=False)
     monkeypatch.setattr(comm, "PARALLEL_REDUCE_OPS", 4096)
     monkeypatch.setattr(comm, "PARALLEL_REDUCE_MIN_CHUNK", 1024)
     monkeypatch.setattr(blas_budget, "cores", lambda: 3)
