@@ -113,7 +113,8 @@ def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | Non
     # float32 -> bfloat16 -> float32 with nothing else reading the bfloat16
     # value: one pass of the second convert on the first's operand.
     pairs = B16.round_trip_pairs(ops, set(yielded))
-    ops = [o for o in ops if o not in set(pairs.values())]
+    widened = set(pairs.values())  # the first converts: they run inside their pair's pass
+    ops = [o for o in ops if o not in widened]
     operands = {o: [pairs[o].operands[0]] if o in pairs else list(o.operands) for o in ops}
     kernels: list[Any] = []
     for o in ops:
