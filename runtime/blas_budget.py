@@ -44,6 +44,7 @@ __all__ = [
     "budget",
     "threads_per_worker",
     "limit",
+    "NO_LIMIT",
 ]
 
 
@@ -169,6 +170,11 @@ class _Limit:
 
 
 _LIMITS: dict = {}
+
+
+#: The context of a run that calls no BLAS or LAPACK routine: it leaves
+#: BLAS's count alone (setting it and back costs ~10 us a call).
+NO_LIMIT = _Limit(None)
 
 
 def limit(workers: int, split: bool = False) -> _Limit:

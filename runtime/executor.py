@@ -41,7 +41,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Block, Operation
 
-from xtpu.dialects import ccl, hlo, intra_op, tpu
+from xtpu.dialects import ccl, hlo, hlo_linalg, intra_op, tpu
 from xtpu.dialects.hlo_window import ConvolutionOp, conv_params
 from xtpu.dialects.host_variables import HostVariableUpdateOp
 from xtpu.dialects.infeed import InfeedDequeueTupleOp
@@ -53,7 +53,7 @@ from xtpu.runtime import mpi as _mpi
 from xtpu.runtime.channels import ChannelTable
 from xtpu.runtime.communicator import Communicator, ThreadCommunicator, normalize_replica_groups
 from xtpu.runtime.errors import Aborted, RuntimeTimeoutError, XtpuRuntimeError
-from xtpu.runtime.host import HostWorker, RunState, answer_awaited_next
+from xtpu.runtime.host import HostWorker, RunState, answer_awaited_next, runs_inline
 from xtpu.runtime.host_variables import HOST_VARIABLES, HostVariableStore
 from xtpu.runtime.mpi_communicator import HybridCommunicator
 from xtpu.runtime.mpi_variables import VariableService
@@ -190,6 +190,7 @@ class Executable:
         # Large matmuls split over xtpu's own threads, BLAS on one
         # (runtime/blas_budget.py, dialects/intra_op.py).
         self._split = self.replicate is not None and _has_large_matmul(self.replicate)
+        self._blas = self.replicate is not None and _uses_blas(self.replicate)
         # One kernel tuple per participant p = r * C + c (built below).
         self.device_kernels = _ParticipantKernels(
             self.num_replicas * self.num_cores,
@@ -283,7 +284,8 @@ class Executable:
             attr = op.attributes.get(tpu.CLUSTER_ATTR)
             cluster = attr.data if isinstance(attr, StringAttr) else "host"
             m = len(op.results) // self.num_replicas if self.num_replicas else 0
-            return lambda *flat: self._run_host_replicas(plan, ks, flat, cluster, m)
+            inline = runs_inline(plan.block)
+            return lambda *flat: self._run_host_replicas(plan, ks, flat, cluster, m, inline)
         return pure_kernel(op)
 
     def _variable_kernel(self, op: Operation) -> Callable[..., Any]:
@@ -319,11 +321,18 @@ class Executable:
             raise ValueError(f"'{op.name}' cannot run in a host tpu.replicate (placement = \"host\")")
         return pure_kernel(op)
 
-    def _run_host_replicas(self, plan: Plan, ks: list[tuple], flat: tuple, cluster: str, m: int) -> Any:
+    def _run_host_replicas(
+        self, plan: Plan, ks: list[tuple], flat: tuple, cluster: str, m: int, inline: bool = False
+    ) -> Any:
         """A host ``tpu.replicate``: its replicas on pool threads, under the
         executable's timeout (host code waits on no channel whose timeout
         would end it); a replica past it fails the run, naming the replica,
-        the cluster and the op it is in, and is abandoned."""
+        the cluster and the op it is in, and is abandoned.  ``inline``: the
+        body cannot block (:func:`runs_inline`: device ops on small values,
+        held host values), so its replicas run one after another on the
+        calling thread, with no timeout to watch and no thread hand-off (a
+        wake-up each way, ~10-25 us on this machine); errors name the
+        replica as on the pool."""
         n = self.num_replicas
         k = len(flat) // n if n else 0
         tasks = [
@@ -340,14 +349,17 @@ class Executable:
                 location=None if op is None else op_location(op),
             )
 
-        results = run_workers(
-            tasks,
-            self.abort,
-            timeout=self.timeout,
-            abort_grace=min(0.5, self.timeout),
-            inline=False,
-            describe=describe,
-        )
+        if inline:
+            results = run_workers(tasks, self.abort, eager_threads=1)
+        else:
+            results = run_workers(
+                tasks,
+                self.abort,
+                timeout=self.timeout,
+                abort_grace=min(0.5, self.timeout),
+                inline=False,
+                describe=describe,
+            )
         return _by_output(self._all_replicas(results), n, m)
 
     def _renew_buffers(self) -> None:
@@ -571,7 +583,7 @@ class Executable:
                 tasks.append(
                     (f"device replica {r} core {c}", lambda r=r, c=c, args=per_core[c]: self._core_task(r, c, args))
                 )
-        with blas_budget.limit(len(tasks), self._split):
+        with self._blas_limit(len(tasks)):
             results = run_workers(tasks, self.abort)
         if self.world is not None:  # only this rank's replicas ran
             results = self._all_replicas([tuple(results[i * C : (i + 1) * C]) for i in range(len(self.local_replicas))])
@@ -592,13 +604,18 @@ class Executable:
         if self.world is None and n == 1 and not self.host_workers:
             # One replica and no host: its worker is this thread (run_workers
             # would run it here too; this skips its bookkeeping).
-            with blas_budget.limit(1, self._split):
+            with self._blas_limit(1):
                 out = self._device_task(0, list(flat))
             return out[0] if len(out) == 1 else (out or None)
         threads = self.replica_threads
         if self.world is None and threads < len(self.local_replicas):
             return self._run_grouped(flat, threads)
         return self._run_threads(flat, threads)
+
+    def _blas_limit(self, workers: int) -> Any:
+        """blas_budget's context for a run of ``workers`` device workers at
+        once; none for a program that calls no BLAS or LAPACK kernel."""
+        return blas_budget.limit(workers, self._split) if self._blas else blas_budget.NO_LIMIT
 
     @property
     def replica_threads(self) -> int:
@@ -619,7 +636,7 @@ class Executable:
         for r in self.local_replicas:
             args = [flat[i * n + r] for i in range(k)]
             tasks.append((f"device replica {r}", lambda r=r, args=args: self._device_task(r, args)))
-        with blas_budget.limit(blas_workers, self._split):
+        with self._blas_limit(blas_workers):
             results = run_workers(tasks, self.abort)
         return _by_output(
             self._all_replicas(results, getattr(self, "_shared_outputs", None)), n, self._outputs_per_replica
@@ -669,7 +686,7 @@ class Executable:
                     "; ".join(f"replicas {b}" for b, _, _ in groups),
                 )
                 t0 = time.perf_counter()
-            with blas_budget.limit(threads, self._split):
+            with self._blas_limit(threads):
                 if threads == 1:
                     block, plan, kernels = groups[0]
                     outs = [
@@ -1188,6 +1205,16 @@ def _all_reduced_outputs(exe: Executable) -> list | None:
                         donors[r] = r if r in local else mine[0]
         out.append(donors)
     return out if any(d is not None for d in out) else None
+
+
+def _uses_blas(replicate: Operation) -> bool:
+    """Whether a kernel in ``replicate`` may call BLAS or LAPACK (whose
+    thread count blas_budget sets for a run): a ``dot_general``, a
+    ``convolution`` or a linear-algebra op (dialects/hlo_linalg.py)."""
+    return any(
+        isinstance(op, (hlo.DotGeneralOp, ConvolutionOp)) or type(op).__module__ == hlo_linalg.__name__
+        for op in replicate.walk()
+    )
 
 
 def _has_large_matmul(replicate: Operation) -> bool:

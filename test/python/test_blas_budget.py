@@ -167,3 +167,34 @@ def test_a_limit_set_on_one_thread_is_restored_when_the_last_run_out_is_another(
         assert set(blas_threads()) == {3}  # restored from B's thread
         assert blas_budget._users == 0 and blas_budget._restore == []
     assert blas_threads() == before  # and the main thread's own limit still restores
+
+
+@pytest.mark.parametrize("matmul", [True, False])
+def test_a_program_that_calls_no_blas_leaves_its_count_alone(monkeypatch, matmul):
+    # Setting BLAS's count and back costs ~10 us a call: a program with no
+    # dot_general, convolution or linear-algebra op does not touch it.
+    if not blas_threads():
+        pytest.skip("numpy has no BLAS that threadpoolctl controls")
+    calls = []
+    real = blas_budget._set_threads
+    monkeypatch.setattr(blas_budget, "_set_threads", lambda c, n: (calls.append(n), real(c, n)))
+    xtpu.config.threading.set_intra_op_parallelism_threads(4)  # 2 replicas: 2 threads each (or 4 sequentially)
+
+    def step(x):
+        y = x @ x if matmul else x * x
+        return xtpu.cross_replica_sum(y)
+
+    xs = [[np.eye(4, dtype=np.float32) * (r + 1)] for r in range(2)]
+    with threadpool_limits_blas(3):
+        out = xtpu.replicate(step, xs)
+        assert set(blas_threads()) == {3}  # restored (or never changed)
+    np.testing.assert_array_equal(out[0][0], np.eye(4, dtype=np.float32) * 5)
+    assert (calls != []) is matmul
+    if matmul:
+        assert calls[0] in (2, 4) and calls[-1] == 3  # 2 per replica on threads, 4 sequentially
+
+
+def threadpool_limits_blas(n):
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=n, user_api="blas")

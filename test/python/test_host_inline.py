@@ -209,3 +209,75 @@ def test_a_keyboard_interrupt_in_an_inline_host_function_reaches_the_caller():
         compiled([[np.float32(1)]])
     w.kernels = kernels
     assert float(compiled([[np.float32(1)]])[0][0]) == pytest.approx(fn_eager(small_math, 1.0))
+
+
+def tail_math(x):  # the cluster's answer is the step's output: a tail host replicate
+    return xtpu.outside_compilation(lambda v: xtpu.math.tanh(v * 3.0) + 1.0, x * 2.0)
+
+
+def tail_strings(x):
+    return xtpu.outside_compilation(
+        lambda v: xtpu.strings.to_number(xtpu.strings.format("{}", v), out_type=xtpu.float32) + 1.0, x * 2.0
+    )
+
+
+def _wrap_host_replicate_kernel(compiled, op_name, wrap):
+    """Replace ``op_name``'s kernel in every replica of the program's one
+    host replicate by ``wrap(replica, kernel)``; returns the restore."""
+    ((plan, ks),) = compiled.executable.host_replicates.values()
+    i = next(i for i, op in enumerate(plan.ops) if op.name == op_name)
+    saved = list(ks)
+    for r, kernels in enumerate(ks):
+        ks[r] = kernels[:i] + (wrap(r, kernels[i]),) + kernels[i + 1 :]
+    return plan, saved, ks
+
+
+@pytest.mark.parametrize("fn, op_name, inline", [(tail_math, "hlo.tanh", True), (tail_strings, "hlo.add", False)])
+def test_a_tail_host_replicate_that_cannot_block_runs_on_the_calling_thread(fn, op_name, inline):
+    import threading
+
+    inputs = [[np.float32(r + 1)] for r in range(3)]
+    compiled = xtpu.lower(fn, inputs).compile(timeout=30)
+    ((plan, _),) = compiled.executable.host_replicates.values()
+    assert runs_inline(plan.block) is inline
+    threads = {}
+
+    def record(r, kernel):
+        def run(*args):
+            threads[r] = threading.get_ident()
+            return kernel(*args)
+
+        return run
+
+    _wrap_host_replicate_kernel(compiled, op_name, record)
+    out = compiled(inputs)
+    want = [np.tanh(np.float32(2 * x[0] * 3)) + 1 if fn is tail_math else 2 * x[0] + 1 for x in inputs]
+    np.testing.assert_allclose([float(o[0]) for o in out], want, rtol=1e-6)
+    assert sorted(threads) == [0, 1, 2]
+    me = threading.get_ident()
+    if inline:  # no thread hand-off: every replica on the caller's thread
+        assert set(threads.values()) == {me}
+    else:  # pool threads, under the executable's timeout
+        assert me not in threads.values()
+
+
+@pytest.mark.parametrize("fn, op_name", [(tail_math, "hlo.tanh"), (tail_strings, "hlo.add")])
+def test_an_error_in_a_tail_host_replicate_names_the_replica_inline_or_not(fn, op_name):
+    inputs = [[np.float32(r + 1)] for r in range(2)]
+    compiled = xtpu.lower(fn, inputs).compile(timeout=30)
+
+    def failing(r, kernel):
+        def run(*args):
+            if r == 1:
+                raise FloatingPointError("injected")
+            return kernel(*args)
+
+        return run
+
+    _, saved, ks = _wrap_host_replicate_kernel(compiled, op_name, failing)
+    with pytest.raises(HostComputeError, match="FloatingPointError: injected") as info:
+        compiled(inputs)
+    assert info.value.replica == 1 and info.value.op == op_name
+    ks[:] = saved  # the next run is whole
+    want = [np.tanh(np.float32(2 * x[0] * 3)) + 1 if fn is tail_math else 2 * x[0] + 1 for x in inputs]
+    np.testing.assert_allclose([float(o[0]) for o in compiled(inputs)], want, rtol=1e-6)

@@ -752,10 +752,13 @@ def test_the_rerun_of_a_diverged_step_gives_blas_the_threads_modes_threads(monke
         def body(i, a):
             return i + 1, xtpu.cross_replica_sum(a, group_assignment=[[0, 1], [2, 3]])
 
+        # A matmul: a program that calls no BLAS leaves BLAS's count alone.
+        v = xtpu.reshape(xtpu.matmul(xtpu.reshape(v, [1, 1]), np.full((1, 1), 2.0, np.float32)), [])
         return xtpu.while_loop(lambda i, a: i < n, body, (0, v))[1]
 
     inputs = [[np.float32(r), np.int32(1 + r // 2)] for r in range(4)]
     c = xtpu.lower(step, inputs).compile()
+    assert c.executable._blas
     set_threads(4)
     want = c(inputs)
     set_threads(1)
