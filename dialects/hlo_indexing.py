@@ -787,6 +787,27 @@ def _scatter_kernel(
     ibd, sibd = _ints(input_batching_dims), _ints(scatter_indices_batching_dims)
     sdod, ivd = _ints(scatter_dims_to_operand_dims), int(index_vector_dim)
     ufunc = _SCATTER_UFUNC.get(computation)
+    if list(ibd[:1]) == [0] and list(sibd[:1]) == [0] and ivd > 0 and 0 not in uwd:
+        # A leading batching dimension of all three (the input's, the
+        # indices' and so the updates' dimension 0: a batch of independent
+        # scatters, as runtime/batching.py makes them): each batch element
+        # through the kernel of one scatter, whose fast paths and order of
+        # additions it then has (the same bits as unbatched).
+        one = _scatter_kernel(
+            computation,
+            [d - 1 for d in uwd],
+            [d - 1 for d in iwd],
+            [d - 1 for d in ibd[1:]],
+            [d - 1 for d in sibd[1:]],
+            [d - 1 for d in sdod],
+            ivd - 1,
+        )
+
+        def batch(x, idx, upd):
+            x, idx, upd = np.asarray(x), np.asarray(idx), np.asarray(upd)
+            return np.stack([one(x[j], idx[j], upd[j]) for j in range(x.shape[0])]) if x.shape[0] else x.copy()
+
+        return batch
 
     def combine(out, where, values):
         if ufunc is None:

@@ -99,10 +99,12 @@ class FuseElementwise(ModulePass):
             # is left op by op: it runs a few small ops, some of them inline
             # on a device worker (runtime/host.py).
             if block.first_op is not None and host_context(block.first_op) is None:
-                _fuse_block(block)
+                fuse_block(block)
 
 
-def _fuse_block(block: Block) -> None:
+def fuse_block(block: Block) -> None:
+    """Form the fusion regions of ``block`` in place (module doc): the
+    pass on one block (runtime/batching.py runs it on a batched body)."""
     ops = list(block.ops)
     index = {o: i for i, o in enumerate(ops)}
     group_of: dict[Operation, _Group] = {}

@@ -48,7 +48,7 @@ from xtpu.dialects.infeed import InfeedDequeueTupleOp
 from xtpu.dialects.ir_text import op_position
 from xtpu.dialects.sharding import Sharding, ShardingAttr
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
-from xtpu.runtime import blas_budget, heap, infeed, sequential
+from xtpu.runtime import batching, blas_budget, heap, infeed, sequential
 from xtpu.runtime import mpi as _mpi
 from xtpu.runtime.channels import ChannelTable
 from xtpu.runtime.communicator import Communicator, ThreadCommunicator, normalize_replica_groups
@@ -232,6 +232,10 @@ class Executable:
         )
         #: threads -> per thread (its replicas, plan, kernels): built at the first run.
         self._grouped: dict[int, list[tuple[list[int], Plan, tuple]]] = {}
+        #: (threads, which arguments are one array for every replica) -> groups
+        #: (runtime/batching.py: blocks run batched); None: not batched.
+        self._groups_by_args: dict[tuple, list] = {}
+        self._batchable: bool | None = None if batching.enabled() else False
         # A program that runs a thread per replica needs every participant's
         # kernels: built now, where a kernel that cannot be built fails the
         # compile; else the first participant's (every op's kernel checked
@@ -365,7 +369,8 @@ class Executable:
     def _renew_buffers(self) -> None:
         """New planned buffers for the device plans after a failed run (a
         worker it left behind may still write into the old ones)."""
-        plans = [self.device_plan] + [plan for groups in self._grouped.values() for _, plan, _ in groups]
+        every = [*self._grouped.values(), *self._groups_by_args.values()]
+        plans = [self.device_plan] + [plan for groups in every for _, plan, _ in groups]
         for plan in plans:
             for b in list(plan.buffer_sets):
                 b.renew()
@@ -674,9 +679,18 @@ class Executable:
         k = len(flat) // n if n else 0
         debug = _log.isEnabledFor(logging.DEBUG)
         try:
-            groups = self._grouped.get(threads)
-            if groups is None:  # a collective the threads reject at run time fails here: they name the replica
-                groups = self._grouped[threads] = self._build_groups(threads)
+            if self._batchable is False:
+                groups = self._grouped.get(threads)
+                if groups is None:  # a collective the threads reject at run time fails here: they name the replica
+                    groups = self._grouped[threads] = self._build_groups(threads)
+            else:
+                # Which arguments every replica gets as one array (mirrored
+                # variables): those run unbatched (runtime/batching.py).
+                shared = tuple(all(flat[i * n + r] is flat[i * n] for r in range(1, n)) for i in range(k))
+                groups = self._groups_by_args.get((threads, shared))
+                if groups is None:
+                    groups = self._groups_by_args[threads, shared] = self._build_groups(threads, shared)
+                self._grouped[threads] = groups
             if debug:
                 _log.debug(
                     "run: %d replicas on %d thread%s: %s",
@@ -724,29 +738,56 @@ class Executable:
         per_replica = [tuple(o[j] for o in out) for (block, _, _), out in zip(groups, outs) for j in range(len(block))]
         return _by_output(per_replica, n, m)
 
-    def _build_groups(self, threads: int) -> list[tuple[list[int], Plan, tuple]]:
+    def _build_groups(self, threads: int, shared: tuple | None = None) -> list[tuple[list[int], Plan, tuple]]:
         """Per thread: its block of replicas, the body's plan for that many
-        replicas (one per block size), and its kernels."""
+        replicas (one per block size), and its kernels.  ``shared`` (per
+        argument: one array for every replica), when given: a block of
+        several replicas runs batched if its body can (runtime/batching.py)."""
         blocks = sequential.blocks(list(self.local_replicas), threads)
-        plans: dict[int, Plan] = {}
+        plans: dict[int, Any] = {}
         out = []
         for w, block in enumerate(blocks):
-            plan = plans.get(len(block))
+            m = len(block)
+            plan = plans.get(m)
             if plan is None:
-                plan = plans[len(block)] = Plan(
-                    self.replicate.body.block,
-                    f"device_replicas_{len(block)}",
-                    replicas=len(block),
-                    together=lambda op: isinstance(op, sequential.COLLECTIVES),
-                    keeps_operands=_keeps_operands,
+                plan = plans[m] = self._batched_plan(m, shared) if shared is not None and m > 1 else None
+                if plan is None:
+                    plan = plans[m] = Plan(
+                        self.replicate.body.block,
+                        f"device_replicas_{m}",
+                        replicas=m,
+                        together=lambda op: isinstance(op, sequential.COLLECTIVES),
+                        keeps_operands=_keeps_operands,
+                    )
+            if isinstance(plan, batching.BatchedPlan):
+                kernels = plan.kernels(
+                    lambda op, w=w, m=m: (
+                        batching.split_kernel(self._block_collective(op, w, blocks), m)
+                        if isinstance(op, sequential.COLLECTIVES)
+                        else self._pure(op)
+                    )
                 )
-            kernels = plan.kernels(
-                lambda op, j=0, w=w, block=block: (
-                    self._block_collective(op, w, blocks) if j is None else self._device_kernel(op, block[j])
+            else:
+                kernels = plan.kernels(
+                    lambda op, j=0, w=w, block=block: (
+                        self._block_collective(op, w, blocks) if j is None else self._device_kernel(op, block[j])
+                    )
                 )
-            )
             out.append((block, plan, kernels))
         return out
+
+    def _batched_plan(self, m: int, shared: tuple) -> batching.BatchedPlan | None:
+        """The plan running a block of ``m`` replicas batched, or None when
+        the body has an op without a batching rule (runtime/batching.py)."""
+        try:
+            batched = batching.batch_block(self.replicate.body.block, m, [not s for s in shared])
+        except batching.Unbatchable as e:
+            _log.debug("run: blocks of replicas run replica by replica: %s", e)
+            self._batchable = False
+            return None
+        self._batchable = True
+        inner = Plan(batched.block, f"device_batched_{m}", keeps_operands=_keeps_operands)
+        return batching.BatchedPlan(inner, batched, [not s for s in shared])
 
     def _block_collective(self, op: Operation, w: int, blocks: list[list[int]]) -> Callable[[Any], tuple]:
         """The kernel of collective ``op`` for thread ``w`` of ``blocks``:
