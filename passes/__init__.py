@@ -6,6 +6,7 @@ order in which the compiler runs them on a traced module.
 
 from xdsl.passes import ModulePass
 
+from xtpu.passes.batch_replicas import BatchReplicas
 from xtpu.passes.canonicalize import Canonicalize
 from xtpu.passes.combine_all_reduce import CombineAllReduce
 from xtpu.passes.decompose_all_reduce import DecomposeAllReduce
@@ -34,6 +35,7 @@ ALL_PASSES: dict[str, type[ModulePass]] = {
         CombineAllReduce,
         DecomposeAllReduce,
         FuseElementwise,
+        BatchReplicas,
     )
 }
 
@@ -59,12 +61,15 @@ FUSION_PIPELINE: tuple[str, ...] = ("hlo-fuse-elementwise",)
 """Appended last, after the SPMD passes: fusion regions are what the runtime
 runs, and no pass after it needs to look into them."""
 
-OPTIONAL_PASSES: tuple[str, ...] = ("ccl-decompose-all-reduce",)
+OPTIONAL_PASSES: tuple[str, ...] = ("ccl-decompose-all-reduce", "tpu-batch-replicas")
 """Registered, in no default pipeline: ``benchmarks/all_reduce_passes.py``
-shows no gain on the threads backend."""
+shows no gain from the first on the threads backend; the second shows the
+rewrite the runtime applies itself, per block size, to a thread's block of
+replicas (runtime/batching.py)."""
 
 __all__ = [
     "ALL_PASSES",
+    "BatchReplicas",
     "Canonicalize",
     "CombineAllReduce",
     "DecomposeAllReduce",

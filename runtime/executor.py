@@ -84,6 +84,9 @@ class Executable:
         ``hlo.host_variable_update`` ops read and update; by default the
         process's (``xtpu.runtime.host_variables.HOST_VARIABLES``), which
         ``xtpu.Variable`` fills.
+      batcher: the rewrite that runs a thread's block of replicas as one
+        program (passes/batch_replicas.py's ``batch_body``; runtime/batching.py);
+        None: blocks run replica by replica.
 
     Raises:
       ValueError: the module has no ``@main`` or an op the runtime cannot run;
@@ -98,8 +101,12 @@ class Executable:
         timeout: float | None = None,
         communicator: Callable[[AbortSignal, float], Communicator] | None = None,
         host_variables: HostVariableStore | None = None,
+        batcher: batching.Batcher | None = None,
     ):
         self.module = module
+        # Blocks of replicas run batched (runtime/batching.py) with the
+        # compiler's rewrite, unless XTPU_BATCH_REPLICAS=0.
+        self._batcher = batcher if batching.enabled() else None
         heap.keep_heap()  # arrays of a step from malloc's heap, not fresh mmaps (runtime/heap.py)
         # Host-variable state the hlo.host_variable_update kernels read and
         # update; the API layer (xtpu.Variable) fills the process's store.
@@ -232,10 +239,10 @@ class Executable:
         )
         #: threads -> per thread (its replicas, plan, kernels): built at the first run.
         self._grouped: dict[int, list[tuple[list[int], Plan, tuple]]] = {}
-        #: (threads, which arguments are one array for every replica) -> groups
-        #: (runtime/batching.py: blocks run batched); None: not batched.
-        self._groups_by_args: dict[tuple, list] = {}
-        self._batchable: bool | None = None if batching.enabled() else False
+        #: threads -> which arguments were one array for every replica when
+        #: its groups were built (runtime/batching.py: those run unbatched).
+        self._grouped_shared: dict[int, tuple] = {}
+        self._batchable: bool | None = None if self._batcher is not None else False
         # A program that runs a thread per replica needs every participant's
         # kernels: built now, where a kernel that cannot be built fails the
         # compile; else the first participant's (every op's kernel checked
@@ -369,8 +376,7 @@ class Executable:
     def _renew_buffers(self) -> None:
         """New planned buffers for the device plans after a failed run (a
         worker it left behind may still write into the old ones)."""
-        every = [*self._grouped.values(), *self._groups_by_args.values()]
-        plans = [self.device_plan] + [plan for groups in every for _, plan, _ in groups]
+        plans = [self.device_plan] + [plan for groups in self._grouped.values() for _, plan, _ in groups]
         for plan in plans:
             for b in list(plan.buffer_sets):
                 b.renew()
@@ -687,10 +693,10 @@ class Executable:
                 # Which arguments every replica gets as one array (mirrored
                 # variables): those run unbatched (runtime/batching.py).
                 shared = tuple(all(flat[i * n + r] is flat[i * n] for r in range(1, n)) for i in range(k))
-                groups = self._groups_by_args.get((threads, shared))
-                if groups is None:
-                    groups = self._groups_by_args[threads, shared] = self._build_groups(threads, shared)
-                self._grouped[threads] = groups
+                groups = self._grouped.get(threads)
+                if groups is None or self._grouped_shared.get(threads) != shared:
+                    groups = self._grouped[threads] = self._build_groups(threads, shared)
+                    self._grouped_shared[threads] = shared
             if debug:
                 _log.debug(
                     "run: %d replicas on %d thread%s: %s",
@@ -779,15 +785,19 @@ class Executable:
     def _batched_plan(self, m: int, shared: tuple) -> batching.BatchedPlan | None:
         """The plan running a block of ``m`` replicas batched, or None when
         the body has an op without a batching rule (runtime/batching.py)."""
+        if not batching.worth_batching(self.replicate, [not s for s in shared]):
+            _log.debug("run: blocks of %d replicas run replica by replica: batching would not pay", m)
+            return None
+        arg_batched = [not s for s in shared]
         try:
-            batched = batching.batch_block(self.replicate.body.block, m, [not s for s in shared])
-        except batching.Unbatchable as e:
+            block, out_batched = self._batcher(self.replicate.body.block, m, arg_batched)
+        except Exception as e:  # noqa: BLE001 - an op without a batching rule: replica by replica
             _log.debug("run: blocks of replicas run replica by replica: %s", e)
             self._batchable = False
             return None
         self._batchable = True
-        inner = Plan(batched.block, f"device_batched_{m}", keeps_operands=_keeps_operands)
-        return batching.BatchedPlan(inner, batched, [not s for s in shared])
+        inner = Plan(block, f"device_batched_{m}", keeps_operands=_keeps_operands)
+        return batching.BatchedPlan(inner, m, arg_batched, out_batched)
 
     def _block_collective(self, op: Operation, w: int, blocks: list[list[int]]) -> Callable[[Any], tuple]:
         """The kernel of collective ``op`` for thread ``w`` of ``blocks``:

@@ -53,6 +53,7 @@ from xtpu.dialects.tpu import (
 )
 from xtpu.ops.summary_ops import trace_key
 from xtpu.passes import ALL_PASSES, DEFAULT_PIPELINE, FUSION_PIPELINE, SPMD_PIPELINE
+from xtpu.passes.batch_replicas import batch_body
 from xtpu.passes.stablehlo_export import to_text
 from xtpu.replication import padding
 from xtpu.replication.infeed import InfeedQueue
@@ -450,7 +451,7 @@ class Compiled:
         self.signature = sig
         self.out_tree = out_tree
         self.stages = stages
-        self.executable = Executable(module, timeout=timeout)
+        self.executable = Executable(module, timeout=timeout, batcher=batch_body)
         self._plain = _plain_specs(sig)
         # The program yields each output's real sizes after the outputs: its
         # inputs were padded (maximum_shapes) or an op made a dynamic size

@@ -44,6 +44,7 @@ from xtpu.core.pipeline import (
 from xtpu.dialects import tpu
 from xtpu.dialects.hlo_host import StringConstantOp
 from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy, from_saved
+from xtpu.passes.batch_replicas import batch_body
 from xtpu.replication import distributed
 from xtpu.replication.program import default_pipeline
 from xtpu.runtime.errors import XtpuRuntimeError
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         check_main(module)
         run_pipeline(module, passes)
         check_channels(module)
-        exe = Executable(module, timeout=args.timeout)
+        exe = Executable(module, timeout=args.timeout, batcher=batch_body)
     except (ParseError, VerifyException, DiagnosticException, ValueError) as e:
         msg = str(e).rstrip()
         print(f"xtpu-run: {msg}" if msg.startswith(name + ":") else f"xtpu-run: {name}: {msg}", file=sys.stderr)

@@ -14,7 +14,7 @@ import pytest
 from xdsl.utils.exceptions import VerifyException
 
 import xtpu
-from xtpu.runtime import blas_budget
+from xtpu.runtime import batching, blas_budget
 from xtpu.runtime.errors import XtpuRuntimeError
 from xtpu.runtime.executor import Executable
 
@@ -275,6 +275,10 @@ def failing_kernels(monkeypatch, exe, replica, error):
         exe.device_plan.kernels(lambda op, r=r: exe._device_kernel(op, r)) for r in range(exe.num_replicas)
     ]
     exe._grouped = {}
+    # Blocks replica by replica: a batched block runs one kernel for all its
+    # replicas, so a failure of one replica's kernel cannot be injected
+    # there (test_batching.py has a batched block's failure and rerun).
+    exe._batchable = False
     return original
 
 
@@ -374,10 +378,13 @@ def test_the_profiler_has_a_span_per_op_per_replica_and_a_track_per_thread(tmp_p
     assert len({p["tid"] for p in plans}) == (1 if w == 1 else R)
 
 
-def test_the_profiler_in_blocks_mode(tmp_path):
+@pytest.mark.parametrize("batched", [False, True])
+def test_the_profiler_in_blocks_mode(tmp_path, monkeypatch, batched):
     R = 5
     inputs = [[np.full(2, r * 0.1, np.float32)] for r in range(R)]
+    monkeypatch.setenv("XTPU_BATCH_REPLICAS", "1" if batched else "0")
     c = xtpu.lower(lambda x: xtpu.cross_replica_sum(xtpu.math.tanh(x)) * 2.0, inputs).compile()
+    monkeypatch.setattr(batching, "CALL_SECONDS", 1.0)  # batched even so small a body
     set_threads(2)
     want = c(inputs)
     assert c.executable.replica_execution[0] == "blocks"
@@ -387,8 +394,9 @@ def test_the_profiler_in_blocks_mode(tmp_path):
     events = load_trace(str(tmp_path))
     spans = [e for e in events if e["ph"] == "X"]
     ops = [e for e in spans if e["cat"] == "op" and e["name"] != "tpu.replicate"]  # @main's
-    assert sum(e["name"] == "hlo.tanh" for e in ops) == R
-    assert sum(e["name"] == "hlo.multiply" for e in ops) == R
+    # A span per op per replica; batched, per op per block (its replicas at once).
+    assert sum(e["name"] == "hlo.tanh" for e in ops) == (2 if batched else R)
+    assert sum(e["name"] == "hlo.multiply" for e in ops) == (2 if batched else R)
     assert sum(e["name"] == "ccl.all_reduce" for e in ops) == 2  # one call per block
     plans = [e for e in spans if e["cat"] == "plan" and e["name"] != "main"]
     assert sorted(len(json.loads(p["name"].split("replicas ")[1])) for p in plans) == [2, 3]

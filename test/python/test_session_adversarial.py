@@ -834,7 +834,11 @@ def test_an_op_whose_result_is_over_the_cap_is_not_evaluated_at_compile(monkeypa
     c = xtpu.lower(f, inputs).compile()
     assert calls == [] and "hlo.dot_general" not in folded_ops(c.executable.device_plan)
     out = c(inputs)
-    assert len(calls) == 2
+    exe = c.executable
+    batched = any(type(p).__name__ == "BatchedPlan" for _, p, _ in exe._grouped.get(exe.replica_threads, []))
+    # Once per replica; once for both in a batched block (a value of
+    # constants is the same for every replica: runtime/batching.py).
+    assert len(calls) == (1 if batched else 2)
     total = np.float32(np.arange(64).sum() ** 2)
     for r in range(2):
         assert float(out[r][0]) == r + total
