@@ -23,8 +23,12 @@ replica gets as one array, and what is computed from those only).
   rows), moved to the front by a transpose where needed;
 * ``gather`` and ``scatter``: StableHLO's batching dimensions (a gather
   from an unbatched table: one more index batch dimension);
-* collectives (``ccl.*``): the same op on stacked operands and results (the
-  runtime splits the stack into the replicas' operands);
+* collectives (``ccl.*``): the same op on stacked values; when every
+  replica gets the same result (an all-reduce or all-gather over one group
+  of all the replicas) its row 0 is taken, unbatched, so that what follows
+  runs once per block (and an unbatched operand is not stacked at all); the
+  attributes ``tpu.batched_operand`` / ``tpu.batched_result`` say which,
+  and the runtime splits the stack into the replicas' operands;
 * anything else (ops with regions, ``tpu.replica_id``, random bits,
   sorting, host transfers, convolutions): not batched.
 
@@ -50,7 +54,7 @@ from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType, UnitAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
@@ -65,7 +69,7 @@ from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.passes._common import at
 from xtpu.passes.fuse_elementwise import fuse_block
 
-__all__ = ["BatchReplicas", "Unbatchable", "batch_body"]
+__all__ = ["BATCHED_OPERAND", "BATCHED_RESULT", "BatchReplicas", "Unbatchable", "batch_body"]
 
 COLLECTIVES = (ccl.AllReduceOp, ccl.AllGatherOp, ccl.ReduceScatterOp, ccl.AllToAllOp, ccl.CollectivePermuteOp)
 _ELEMENTWISE = (
@@ -78,6 +82,22 @@ _ELEMENTWISE = (
     IsFiniteOp,
 )
 _NO_OPERANDS = (hlo.ConstantOp, hlo.IotaOp)
+
+
+#: On a collective of a batched body: its operand is stacked (else one
+#: value for every replica), its result is stacked (else one value, the same
+#: for every replica).
+BATCHED_OPERAND = "tpu.batched_operand"
+BATCHED_RESULT = "tpu.batched_result"
+
+
+def _same_for_every_replica(op: Operation, replicas: int | None) -> bool:
+    """Whether every replica gets the same result of collective ``op``: an
+    all-reduce or all-gather over one group of all ``replicas``."""
+    if replicas is None or not isinstance(op, (ccl.AllReduceOp, ccl.AllGatherOp)):
+        return False
+    groups = [list(g) for g in op.params()["replica_groups"]]
+    return not groups or (len(groups) == 1 and sorted(groups[0]) == list(range(replicas)))
 
 
 class Unbatchable(Exception):
@@ -106,7 +126,8 @@ def batch_body(body: Block, k: int, batched_args: Sequence[bool] | None = None) 
     env: dict[SSAValue, tuple[SSAValue, bool]] = {a: (b, f) for a, b, f in zip(body.args, out_block.args, flags)}
     for a, arg in zip(body.args, out_block.args):
         arg.name_hint = a.name_hint
-    b = _Builder(out_block, k)
+    parent = body.parent_op()
+    b = _Builder(out_block, k, parent.num_replicas if isinstance(parent, tpu.ReplicateOp) else None)
     ops = list(body.ops)
     for op in ops[:-1]:
         b.op(op, env)
@@ -137,9 +158,10 @@ def _stacked_type(t: Any, k: int) -> TensorType:
 
 
 class _Builder:
-    def __init__(self, block: Block, k: int):
+    def __init__(self, block: Block, k: int, replicas: int | None):
         self.block = block
         self.k = k
+        self.replicas = replicas
         self.broadcasts: dict[SSAValue, SSAValue] = {}
 
     def add(self, op: Operation) -> Operation:
@@ -194,18 +216,41 @@ class _Builder:
             raise Unbatchable(f"'{op.name}' op{at(op)} has regions")
         operands = [env[v] for v in op.operands]
         if isinstance(op, COLLECTIVES):
-            vals = [self.stacked(v, f) for v, f in operands]
+            # The operand as it is (an unbatched one: every replica's is that
+            # value) when every replica gets the same result (an all-reduce or
+            # all-gather over one group of all the replicas), then taken
+            # unbatched (row 0: what follows runs once per block); else
+            # stacked, result stacked.  The attributes tell the runtime.
+            ((v, operand_batched),) = operands
+            same = _same_for_every_replica(op, self.replicas)
+            if not same:
+                v, operand_batched = self.stacked(v, operand_batched), True
+            attrs = dict(op.attributes)
+            if operand_batched:
+                attrs[BATCHED_OPERAND] = UnitAttr()
+            if not same:
+                attrs[BATCHED_RESULT] = UnitAttr()
+            result_type = op.results[0].type
+            if operand_batched:
+                result_type = _stacked_type(result_type, self.k)
             new = self.add(
-                op.create(
-                    operands=vals,
-                    result_types=[_stacked_type(r.type, self.k) for r in op.results],
-                    properties=dict(op.properties),
-                    attributes=dict(op.attributes),
-                )
+                op.create(operands=[v], result_types=[result_type], properties=dict(op.properties), attributes=attrs)
             )
-            for r, nr in zip(op.results, new.results):
-                nr.name_hint = r.name_hint
-                env[r] = (nr, True)
+            (r,) = op.results
+            out = new.results[0]
+            out.name_hint = r.name_hint
+            if same and operand_batched:  # one row for all
+                shape = _spec(r).shape
+                row = self.add(
+                    hlo.SliceOp.make(
+                        [out],
+                        start_indices=(0,) * (len(shape) + 1),
+                        limit_indices=(1, *shape),
+                        strides=(1,) * (len(shape) + 1),
+                    )
+                )
+                out = self.add(hlo.ReshapeOp.make([row.results[0]], shape=tuple(shape))).results[0]
+            env[r] = (out, not same)
             return
         rule = _RULES.get(type(op))
         if rule is None:

@@ -31,6 +31,9 @@ __all__ = ["Batcher", "BatchedPlan", "enabled", "split_kernel", "stack", "worth_
 Batcher = Callable[[Block, int, Sequence[bool]], tuple[Block, list[bool]]]
 
 _NOT_CALLS = sequential.COLLECTIVES + (hlo.ConstantOp, hlo.IotaOp)
+#: The attributes the rewrite puts on a collective (passes/batch_replicas.py).
+BATCHED_OPERAND = "tpu.batched_operand"
+BATCHED_RESULT = "tpu.batched_result"
 
 
 #: A block runs batched when one replica's ops take at most this long each
@@ -49,10 +52,9 @@ COPY_BYTES_PER_SECOND = 4e9
 def worth_batching(body: Operation, arg_batched: Sequence[bool]) -> bool:
     """Whether running blocks of the replicas of ``body`` (a
     ``tpu.replicate``) batched should pay: its ops are small
-    (:data:`MAX_SECONDS_PER_OP`) and the calls it saves
-    (:data:`CALL_SECONDS` each, per replica) outweigh stacking the batched
-    arguments (a cross-replica sum alone saves no call and would copy its
-    operand)."""
+    (:data:`MAX_SECONDS_PER_OP`), the calls it saves (:data:`CALL_SECONDS`
+    each, per replica) outweigh stacking the batched arguments (a
+    cross-replica sum alone saves no call and would copy its operand)."""
     flops, elements = sequential.work(body)
     calls = sum(1 for op in body.body.block.ops if not isinstance(op, _NOT_CALLS)) - 1
     n = sum(1 for _ in body.walk()) - 1
@@ -79,13 +81,23 @@ def stack(values: Sequence[Any]) -> np.ndarray:
     return np.stack([np.asarray(v) for v in values])
 
 
-def split_kernel(together: Callable[[Sequence[Any]], Sequence[Any]], k: int) -> Callable[[Any], np.ndarray]:
-    """A collective's kernel on stacked values from ``together`` (the
-    block's tuple of operands -> its tuple of results)."""
+def split_kernel(
+    together: Callable[[Sequence[Any]], Sequence[Any]], k: int, operand_batched: bool, result_batched: bool
+) -> Callable[[Any], Any]:
+    """A collective's kernel in a batched body (passes/batch_replicas.py)
+    from ``together`` (the block's tuple of ``k`` operands -> its tuple of
+    results): the operand split into the replicas' (or, unbatched, the one
+    value for each); the results stacked (read-only, as each replica's
+    result is), or, the same for every replica (``result_batched`` False),
+    the first, broadcast (a view) when the operand was stacked."""
 
-    def run(x: Any) -> np.ndarray:
-        x = np.asarray(x)
-        out = np.stack([np.asarray(r) for r in together(tuple(x[j] for j in range(k)))])
+    def run(x: Any) -> Any:
+        rows = tuple(x[j, ...] for j in range(k)) if operand_batched else (x,) * k
+        res = together(rows)
+        if not result_batched:
+            first = np.asarray(res[0])
+            return np.broadcast_to(first, (k, *first.shape)) if operand_batched else res[0]
+        out = np.stack([np.asarray(r) for r in res])
         out.flags.writeable = False  # as each replica's result is (runtime/communicator.py)
         return out
 
@@ -121,6 +133,8 @@ class BatchedPlan:
             if f:
                 res.append(tuple(o[j, ...] for j in range(k)))  # views (0-d too), flags kept
             else:
+                # One value for every replica: shared when read-only (an
+                # all-reduce's, as replica by replica), else a copy each.
                 o = np.asarray(o)
-                res.append((o,) + tuple(o.copy() for _ in range(k - 1)))
+                res.append((o,) * k if not o.flags.writeable else (o,) + tuple(o.copy() for _ in range(k - 1)))
         return tuple(res)

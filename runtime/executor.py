@@ -768,7 +768,12 @@ class Executable:
             if isinstance(plan, batching.BatchedPlan):
                 kernels = plan.kernels(
                     lambda op, w=w, m=m: (
-                        batching.split_kernel(self._block_collective(op, w, blocks), m)
+                        batching.split_kernel(
+                            self._block_collective(op, w, blocks),
+                            m,
+                            batching.BATCHED_OPERAND in op.attributes,
+                            batching.BATCHED_RESULT in op.attributes,
+                        )
                         if isinstance(op, sequential.COLLECTIVES)
                         else self._pure(op)
                     )

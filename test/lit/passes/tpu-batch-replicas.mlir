@@ -9,13 +9,17 @@
 // a rule: tpu-batch-replicas-invalid.mlir).
 // RUN: xtpu-opt %s --split-input-file -p 'tpu-batch-replicas{replicas=4}' | filecheck %s
 
-// CHECK-LABEL: func.func @batched_replicas_0(%xr: tensor<4x2x3xf32>, %wr: tensor<4x3x4xf32>) -> tensor<4x2x4xf32>
+// CHECK-LABEL: func.func @batched_replicas_0(%xr: tensor<4x2x3xf32>, %wr: tensor<4x3x4xf32>) -> tensor<2x4xf32>
 // CHECK-NEXT:    %c = hlo.constant dense<2.000000e+00> : tensor<f32>
 // CHECK-NEXT:    %[[CB:.*]] = hlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<4x2x3xf32>
 // CHECK-NEXT:    %m = hlo.multiply %xr, %[[CB]] : tensor<4x2x3xf32>
 // CHECK-NEXT:    %d = hlo.dot_general %m, %wr, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<4x2x3xf32>, tensor<4x3x4xf32>) -> tensor<4x2x4xf32>
-// CHECK-NEXT:    %s = ccl.all_reduce %d applies add groups = dense<0> : tensor<1x1xi64> : tensor<4x2x4xf32>
-// CHECK-NEXT:    func.return %s : tensor<4x2x4xf32>
+// An all-reduce over one group of all the replicas: every replica's result
+// is the same, so its row 0 is taken and what follows runs once per block.
+// CHECK-NEXT:    %s = ccl.all_reduce %d applies add groups = dense<0> : tensor<1x1xi64> {tpu.batched_operand} : tensor<4x2x4xf32>
+// CHECK-NEXT:    %[[ROW:.*]] = hlo.slice %s, start = [0, 0, 0], limit = [1, 2, 4], strides = [1, 1, 1] : (tensor<4x2x4xf32>) -> tensor<1x2x4xf32>
+// CHECK-NEXT:    %[[ONE:.*]] = hlo.reshape %[[ROW]] : (tensor<1x2x4xf32>) -> tensor<2x4xf32>
+// CHECK-NEXT:    func.return %[[ONE]] : tensor<2x4xf32>
 func.func @main(%x: tensor<2x3xf32>, %w: tensor<3x4xf32>) -> tensor<2x4xf32> {
   %r = tpu.replicate([%x] as %xr: tensor<2x3xf32>, [%w] as %wr: tensor<3x4xf32>) {n = 1 : i64} {
     %c = hlo.constant dense<2.000000e+00> : tensor<f32>
@@ -58,4 +62,25 @@ func.func @main(%a: tensor<2x3xf32>) -> (tensor<2xf32>, tensor<3x1xf32>) {
     tpu.yield %s, %sl : tensor<2xf32>, tensor<3x1xf32>
   }
   func.return %r, %q : tensor<2xf32>, tensor<3x1xf32>
+}
+
+// -----
+
+// Groups of one replica each: every replica's result differs, so it stays
+// stacked (tpu.batched_result); an unbatched operand (a constant) is
+// stacked first.
+// CHECK-LABEL: func.func @batched_replicas_0(%x: tensor<4x3xf32>) -> (tensor<4x3xf32>, tensor<4x3xf32>)
+// CHECK-NEXT:    %c = hlo.constant dense<1.000000e+00> : tensor<3xf32>
+// CHECK-NEXT:    %[[C4:.*]] = hlo.broadcast_in_dim %c, dims = [1] : (tensor<3xf32>) -> tensor<4x3xf32>
+// CHECK-NEXT:    %s = ccl.all_reduce %x applies add groups = {{.*}} {tpu.batched_operand, tpu.batched_result} : tensor<4x3xf32>
+// CHECK-NEXT:    %t = ccl.all_reduce %[[C4]] applies add groups = {{.*}} {tpu.batched_operand, tpu.batched_result} : tensor<4x3xf32>
+// CHECK-NEXT:    func.return %s, %t : tensor<4x3xf32>, tensor<4x3xf32>
+func.func @main(%a: tensor<3xf32>, %b: tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) {
+  %r:4 = tpu.replicate([%a, %b] as %x: tensor<3xf32>) {n = 2 : i64} {
+    %c = hlo.constant dense<1.000000e+00> : tensor<3xf32>
+    %s = ccl.all_reduce %x applies add groups = dense<[[0], [1]]> : tensor<2x1xi64> : tensor<3xf32>
+    %t = ccl.all_reduce %c applies add groups = dense<[[0], [1]]> : tensor<2x1xi64> : tensor<3xf32>
+    tpu.yield %s, %t : tensor<3xf32>, tensor<3xf32>
+  }
+  func.return %r#0, %r#1, %r#2, %r#3 : tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>
 }
