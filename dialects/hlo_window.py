@@ -34,6 +34,7 @@ from xdsl.dialects.builtin import (
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     IntegerAttr,
+    IntegerType,
     StringAttr,
     TensorType,
 )
@@ -471,9 +472,15 @@ class ConvolutionOp(PrimitiveOp):
         attrs = parser.parse_optional_attr_dict()
         for key in ("feature_group_count", "batch_group_count"):
             if key in attrs:
-                params[key] = IntParam().decode(attrs.pop(key))
+                attr = attrs.pop(key)
+                if not isinstance(attr, IntegerAttr) or not isinstance(attr.type, IntegerType):
+                    parser.raise_error(f"hlo.convolution: {key} must be an integer (N : i64), got {attr}")
+                params[key] = IntParam().decode(attr)
         if "precision_config" in attrs:
-            params["precision_config"] = PrecisionParam().decode(attrs.pop("precision_config"))
+            attr = attrs.pop("precision_config")
+            if not isinstance(attr, StringAttr):
+                parser.raise_error(f"hlo.convolution: precision_config must be a string, got {attr}")
+            params["precision_config"] = PrecisionParam().decode(attr)
         parser.parse_punctuation(":")
         in_types = parser.parse_comma_separated_list(parser.Delimiter.PAREN, parser.parse_type)
         parser.parse_punctuation("->")
