@@ -787,12 +787,15 @@ def _scatter_kernel(
     ibd, sibd = _ints(input_batching_dims), _ints(scatter_indices_batching_dims)
     sdod, ivd = _ints(scatter_dims_to_operand_dims), int(index_vector_dim)
     ufunc = _SCATTER_UFUNC.get(computation)
-    if list(ibd[:1]) == [0] and list(sibd[:1]) == [0] and ivd > 0 and 0 not in uwd:
+    rows_below = len(sdod) == 1 and [d - 1 for d in iwd] == [d - 1 for d in sdod] and len(ibd) == 1
+    if computation == "add" and rows_below and list(ibd) == [0] and list(sibd) == [0] and ivd > 0 and 0 not in uwd:
         # A leading batching dimension of all three (the input's, the
         # indices' and so the updates' dimension 0: a batch of independent
-        # scatters, as runtime/batching.py makes them): each batch element
-        # through the kernel of one scatter, whose fast paths and order of
-        # additions it then has (the same bits as unbatched).
+        # scatter-adds of rows, as passes/batch_replicas.py makes them from
+        # a gather's gradient): each batch element through the rows fast
+        # path of one scatter, whose order of additions it then has (the
+        # same bits as unbatched; the general path below adds in another
+        # order).  Other computations are exact in any order.
         one = _scatter_kernel(
             computation,
             [d - 1 for d in uwd],
