@@ -395,4 +395,8 @@ class CollectivePermuteOp(PrimitiveOp):
 
 CCL_OPS = [AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, CollectivePermuteOp]
 
+#: Every collective op class (for ``isinstance``): what runs on every replica
+#: of a group at once.
+COLLECTIVES = tuple(CCL_OPS)
+
 CCL = Dialect("ccl", CCL_OPS, [])

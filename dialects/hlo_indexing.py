@@ -787,7 +787,7 @@ def _scatter_kernel(
     ibd, sibd = _ints(input_batching_dims), _ints(scatter_indices_batching_dims)
     sdod, ivd = _ints(scatter_dims_to_operand_dims), int(index_vector_dim)
     ufunc = _SCATTER_UFUNC.get(computation)
-    rows_below = len(sdod) == 1 and [d - 1 for d in iwd] == [d - 1 for d in sdod] and len(ibd) == 1
+    rows_below = len(sdod) == 1 and list(iwd) == list(sdod)
     if computation == "add" and rows_below and list(ibd) == [0] and list(sibd) == [0] and ivd > 0 and 0 not in uwd:
         # A leading batching dimension of all three (the input's, the
         # indices' and so the updates' dimension 0: a batch of independent

@@ -828,6 +828,15 @@ TPU_OPS = [
 
 TPU = Dialect("tpu", TPU_OPS + INFEED_OPS, SHARDING_ATTRS)
 
+BATCHED_OPERAND_ATTR = "tpu.batched_operand"
+"""Unit attribute of a collective in a batched replicate body
+(passes/batch_replicas.py): its operand is stacked, ``[k, ...]`` for the
+``k`` replicas of a block (else one value for each of them)."""
+
+BATCHED_RESULT_ATTR = "tpu.batched_result"
+"""Unit attribute of a collective in a batched replicate body: its result
+is stacked, one per replica (else every replica gets the same value)."""
+
 CLUSTER_ATTR = "tpu.outside_compilation_cluster"
 """Attribute naming the cluster a host function serves."""
 

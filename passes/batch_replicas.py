@@ -61,17 +61,18 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from xtpu.dialects import ccl, hlo, tpu
 from xtpu.dialects.autodiff import StopGradientOp
+from xtpu.dialects.ccl import COLLECTIVES
 from xtpu.dialects.fusion import FusionRegionOp, FusionYieldOp
 from xtpu.dialects.hlo_indexing import GatherOp, ScatterOp, VariadicReduceOp
 from xtpu.dialects.hlo_math import IsFiniteOp, ReverseOp
 from xtpu.dialects.hlo_window import ReduceWindowOp
 from xtpu.dialects.tensor_spec import TensorSpec
+from xtpu.dialects.tpu import BATCHED_OPERAND_ATTR, BATCHED_RESULT_ATTR
 from xtpu.passes._common import at
 from xtpu.passes.fuse_elementwise import fuse_block
 
-__all__ = ["BATCHED_OPERAND", "BATCHED_RESULT", "BatchReplicas", "Unbatchable", "batch_body"]
+__all__ = ["BatchReplicas", "Unbatchable", "batch_body"]
 
-COLLECTIVES = (ccl.AllReduceOp, ccl.AllGatherOp, ccl.ReduceScatterOp, ccl.AllToAllOp, ccl.CollectivePermuteOp)
 _ELEMENTWISE = (
     hlo.ElementwiseUnary,
     hlo.ElementwiseBinary,
@@ -82,13 +83,6 @@ _ELEMENTWISE = (
     IsFiniteOp,
 )
 _NO_OPERANDS = (hlo.ConstantOp, hlo.IotaOp)
-
-
-#: On a collective of a batched body: its operand is stacked (else one
-#: value for every replica), its result is stacked (else one value, the same
-#: for every replica).
-BATCHED_OPERAND = "tpu.batched_operand"
-BATCHED_RESULT = "tpu.batched_result"
 
 
 def _same_for_every_replica(op: Operation, replicas: int | None) -> bool:
@@ -227,9 +221,9 @@ class _Builder:
                 v, operand_batched = self.stacked(v, operand_batched), True
             attrs = dict(op.attributes)
             if operand_batched:
-                attrs[BATCHED_OPERAND] = UnitAttr()
+                attrs[BATCHED_OPERAND_ATTR] = UnitAttr()
             if not same:
-                attrs[BATCHED_RESULT] = UnitAttr()
+                attrs[BATCHED_RESULT_ATTR] = UnitAttr()
             result_type = op.results[0].type
             if operand_batched:
                 result_type = _stacked_type(result_type, self.k)

@@ -104,7 +104,7 @@ class FuseElementwise(ModulePass):
 
 def fuse_block(block: Block) -> None:
     """Form the fusion regions of ``block`` in place (module doc): the
-    pass on one block (runtime/batching.py runs it on a batched body)."""
+    pass on one block (passes/batch_replicas.py runs it on a batched body)."""
     ops = list(block.ops)
     index = {o: i for i, o in enumerate(ops)}
     group_of: dict[Operation, _Group] = {}

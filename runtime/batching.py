@@ -23,7 +23,7 @@ from xtpu.dialects import hlo
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.runtime import sequential
 
-__all__ = ["Batcher", "BatchedPlan", "enabled", "split_kernel", "stack", "worth_batching"]
+__all__ = ["Batcher", "BatchedPlan", "calls_saved", "enabled", "split_kernel", "stack", "worth_batching"]
 
 #: The rewrite (passes/batch_replicas.py's ``batch_body``): the body, the
 #: block size and which arguments are batched -> (the batched body, which
@@ -31,9 +31,6 @@ __all__ = ["Batcher", "BatchedPlan", "enabled", "split_kernel", "stack", "worth_
 Batcher = Callable[[Block, int, Sequence[bool]], tuple[Block, list[bool]]]
 
 _NOT_CALLS = sequential.COLLECTIVES + (hlo.ConstantOp, hlo.IotaOp)
-#: The attributes the rewrite puts on a collective (passes/batch_replicas.py).
-BATCHED_OPERAND = "tpu.batched_operand"
-BATCHED_RESULT = "tpu.batched_result"
 
 
 #: A block runs batched when one replica's ops take at most this long each
@@ -49,22 +46,32 @@ CALL_SECONDS = 5e-6
 COPY_BYTES_PER_SECOND = 4e9
 
 
-def worth_batching(body: Operation, arg_batched: Sequence[bool]) -> bool:
-    """Whether running blocks of the replicas of ``body`` (a
-    ``tpu.replicate``) batched should pay: its ops are small
-    (:data:`MAX_SECONDS_PER_OP`), the calls it saves (:data:`CALL_SECONDS`
-    each, per replica) outweigh stacking the batched arguments (a
-    cross-replica sum alone saves no call and would copy its operand)."""
+def calls_saved(body: Operation) -> int:
+    """The calls per replica that running blocks of the replicas of
+    ``body`` (a ``tpu.replicate``) batched would save: its ops that are not
+    constants or collectives, or 0 when its ops are too large for batching
+    to pay (:data:`MAX_SECONDS_PER_OP`).  A property of the program: the
+    executor asks once."""
     flops, elements = sequential.work(body)
-    calls = sum(1 for op in body.body.block.ops if not isinstance(op, _NOT_CALLS)) - 1
     n = sum(1 for _ in body.walk()) - 1
     seconds = elements * sequential.SECONDS_PER_ELEMENT + flops / sequential.BLAS_FLOPS_PER_CORE
+    if n <= 0 or seconds / n > MAX_SECONDS_PER_OP:
+        return 0
+    return max(0, sum(1 for op in body.body.block.ops if not isinstance(op, _NOT_CALLS)) - 1)
+
+
+def worth_batching(body: Operation, arg_batched: Sequence[bool], calls: int | None = None) -> bool:
+    """Whether running blocks of the replicas of ``body`` batched should
+    pay: the calls it saves (:func:`calls_saved`, :data:`CALL_SECONDS` each)
+    outweigh stacking the batched arguments (a cross-replica sum alone saves
+    no call and would copy its operand)."""
+    calls = calls_saved(body) if calls is None else calls
     copy = 0.0
     for a, f in zip(body.body.block.args, arg_batched):
         if f:
             spec = TensorSpec.of_type(a.type)
             copy += spec.size * np.dtype(numpy_dtype(spec.dtype)).itemsize / COPY_BYTES_PER_SECOND
-    return n > 0 and seconds / n <= MAX_SECONDS_PER_OP and calls * CALL_SECONDS > copy
+    return calls * CALL_SECONDS > copy
 
 
 def enabled() -> bool:
@@ -121,9 +128,6 @@ class BatchedPlan:
 
     def __getattr__(self, name: str) -> Any:  # ops, buffer_sets, failed_op, ...: the inner plan's
         return getattr(self.inner, name)
-
-    def kernels(self, factory: Callable[[Operation], Any]) -> tuple:
-        return self.inner.kernels(factory)
 
     def run(self, args: Sequence[Sequence[Any]], K: tuple) -> tuple:
         k = self.k

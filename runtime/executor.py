@@ -771,8 +771,8 @@ class Executable:
                         batching.split_kernel(
                             self._block_collective(op, w, blocks),
                             m,
-                            batching.BATCHED_OPERAND in op.attributes,
-                            batching.BATCHED_RESULT in op.attributes,
+                            tpu.BATCHED_OPERAND_ATTR in op.attributes,
+                            tpu.BATCHED_RESULT_ATTR in op.attributes,
                         )
                         if isinstance(op, sequential.COLLECTIVES)
                         else self._pure(op)
@@ -790,10 +790,15 @@ class Executable:
     def _batched_plan(self, m: int, shared: tuple) -> batching.BatchedPlan | None:
         """The plan running a block of ``m`` replicas batched, or None when
         the body has an op without a batching rule (runtime/batching.py)."""
-        if not batching.worth_batching(self.replicate, [not s for s in shared]):
-            _log.debug("run: blocks of %d replicas run replica by replica: batching would not pay", m)
+        calls = batching.calls_saved(self.replicate)
+        if calls == 0:  # never pays for this program: no arguments checked on later runs
+            _log.debug("run: blocks of replicas run replica by replica: their ops are large, or none to save")
+            self._batchable = False
             return None
         arg_batched = [not s for s in shared]
+        if not batching.worth_batching(self.replicate, arg_batched, calls):
+            _log.debug("run: blocks of %d replicas run replica by replica: batching would not pay", m)
+            return None
         try:
             block, out_batched = self._batcher(self.replicate.body.block, m, arg_batched)
         except Exception as e:  # noqa: BLE001 - an op without a batching rule: replica by replica

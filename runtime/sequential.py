@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 #: The collectives, run once for all replicas in the sequential mode.
-COLLECTIVES = (ccl.AllReduceOp, ccl.AllGatherOp, ccl.ReduceScatterOp, ccl.AllToAllOp, ccl.CollectivePermuteOp)
+COLLECTIVES = ccl.COLLECTIVES
 
 
 def set_inter_op_parallelism_threads(num_threads: int) -> None:

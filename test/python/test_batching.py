@@ -269,6 +269,9 @@ def test_blocks_of_large_ops_run_replica_by_replica():
     small = xtpu.lower(f, [[x[:8, :8], m[:8, :8]] for x, m in inputs]).compile()
     assert batching.worth_batching(small.executable.replicate, [True, False])
     check(f, inputs, threads=(1,), batched_plans=False)
+    xtpu.config.threading.set_inter_op_parallelism_threads(1)
+    c(inputs)
+    assert c.executable._batchable is False  # asked once: later runs check no arguments
 
 
 def test_a_program_of_collectives_alone_is_not_batched():
