@@ -252,8 +252,6 @@ class _Builder:
         if rule is None:
             raise Unbatchable(f"'{op.name}' op{at(op)} has no batching rule")
         if not any(f for _, f in operands):
-            if isinstance(op, COLLECTIVES):  # pragma: no cover - handled above
-                raise Unbatchable(op.name)
             # Unbatched operands: the op as it is, once for every replica.
             new = self.add(op.clone(value_mapper={o: v for o, (v, _) in zip(op.operands, operands)}))
             for r, nr in zip(op.results, new.results):
