@@ -39,6 +39,8 @@ import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import BFloat16Type, Float32Type, TensorType
 
+from xtpu.dialects.erf_f32 import ERF_P, ERF_Q
+
 __all__ = [
     "BF16",
     "binary",
@@ -48,6 +50,7 @@ __all__ = [
     "widen",
     "BINARY_UFUNCS",
     "compiled",
+    "erf",
     "load",
 ]
 
@@ -189,12 +192,58 @@ def _compile() -> dict[str, Callable[..., Any]]:
             h = nan(b) if (b & U(0x7FFFFFFF)) > U(0x7F800000) else fast(b)
             out[i] = U(h) << U(16)
 
+    p0, p1, p2, p3, p4, p5, p6 = (np.float32(c) for c in ERF_P)
+    q0, q1, q2, q3, q4 = (np.float32(c) for c in ERF_Q)
+    lo, hi = np.float32(-4), np.float32(4)
+
+    @jit
+    def erf1(v):
+        # erf_f32's steps on one float32, in its order (np.clip, Horner's
+        # rule for P and Q, the quotient, times the clamped x).
+        if v < lo:
+            v = lo
+        elif v > hi:
+            v = hi
+        x2 = v * v
+        p = x2 * p0 + p1
+        p = p * x2 + p2
+        p = p * x2 + p3
+        p = p * x2 + p4
+        p = p * x2 + p5
+        p = p * x2 + p6
+        q = x2 * q0 + q1
+        q = q * x2 + q2
+        q = q * x2 + q3
+        q = q * x2 + q4
+        return (p / q) * v
+
+    @kernel
+    def erf_into(x, out):
+        """out = erf(x), float32[n] both (out may be x)."""
+        for i in range(x.size):
+            out[i] = erf1(x[i])
+
+    @kernel
+    def erf_bf16_into(x, out):
+        """out = round(erf(widen(x))), bfloat16 bits (uint16) both."""
+        for i in range(x.size):
+            b = as_u32(erf1(up(x[i])))
+            out[i] = nan(b) if (b & U(0x7FFFFFFF)) > U(0x7F800000) else fast(b)
+
     # Compile (or load from numba's cache) the signatures xtpu calls.
-    u32, u16 = np.zeros(1, np.uint32), np.zeros(1, np.uint16)
+    u32, u16, f32 = np.zeros(1, np.uint32), np.zeros(1, np.uint16), np.zeros(1, np.float32)
     round_into(u32, u16)
     binary_into(0, u16, u16, u16.copy())
     round_trip_into(u32, u32.copy())
-    return {"round_into": round_into, "binary_into": binary_into, "round_trip_into": round_trip_into}
+    erf_into(f32, f32.copy())
+    erf_bf16_into(u16, u16.copy())
+    return {
+        "round_into": round_into,
+        "binary_into": binary_into,
+        "round_trip_into": round_trip_into,
+        "erf_into": erf_into,
+        "erf_bf16_into": erf_bf16_into,
+    }
 
 
 _KERNELS: dict[str, Callable[..., Any]] | None = None  # None: not loaded yet
@@ -362,3 +411,24 @@ def binary(ufunc: Any, a: Any, b: Any, out: np.ndarray | None = None) -> np.ndar
             k(op, ab, bb, out.reshape(-1).view(_U16))
             return out
     return round_f32(ufunc(widen(a), widen(b)), out=out)
+
+
+def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """erf of a float32 or bfloat16 array by :func:`xtpu.dialects.erf_f32.erf_f32`'s
+    steps (bfloat16: widened, the float32 erf rounded once), in one
+    compiled pass, into ``out`` (``x``'s shape and dtype; may be ``x``)
+    when given; None when the compiled kernels are not in or ``x`` / ``out``
+    is not contiguous (the caller computes it with numpy: the same bits)."""
+    name = "erf_into" if x.dtype == _F32 else "erf_bf16_into" if x.dtype == BF16 else None
+    k = _get().get(name) if name is not None else None
+    if k is None:
+        return None
+    if out is None:
+        out = np.empty(x.shape, x.dtype)
+    src, dst = _flat(x), _flat(out)
+    if src is None or dst is None or out.shape != x.shape or out.dtype != x.dtype:
+        return None
+    if x.dtype == BF16:
+        src, dst = src.view(_U16), dst.view(_U16)
+    k(src, dst)
+    return out

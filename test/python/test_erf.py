@@ -78,3 +78,34 @@ def test_float64_keeps_scipys_erf():
     x = np.linspace(-6, 6, 1001)
     np.testing.assert_array_equal(ErfOp.kernel(element_dtype="float64")(x), special.erf(x))
     assert ErfOp.out_kernel(element_dtype="float64") is None
+
+
+def test_compiled_erf_has_the_numpy_steps_bits(monkeypatch):
+    # The one-pass numba kernel (float32 and bfloat16) against erf_f32's numpy
+    # steps: every bfloat16 value (NaN payloads of both signs included), a
+    # million random float32 bit patterns, in place and into a buffer.
+    from xtpu.dialects import bfloat16 as B16
+    from xtpu.dialects.erf_f32 import erf_f32
+
+    assert B16.load(timeout=300)
+    rng = np.random.default_rng(2)
+    every_bf16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(B16.BF16)
+    bits = rng.integers(0, 2**32, 1_000_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    for x in (every_bf16.astype(np.float32), bits):
+        with np.errstate(invalid="ignore"):
+            want = erf_f32(x).view(np.uint32)
+        np.testing.assert_array_equal(B16.erf(x).view(np.uint32), want)
+        y = x.copy()
+        ErfOp.out_kernel(element_dtype="float32")(y, y)
+        np.testing.assert_array_equal(y.view(np.uint32), want)
+    with np.errstate(invalid="ignore"):
+        want16 = B16.round_f32(erf_f32(every_bf16.astype(np.float32))).view(np.uint16)
+        fallback = ErfOp.kernel(element_dtype="bfloat16")(every_bf16.reshape(256, 256)[:, ::2])  # strided: numpy
+    np.testing.assert_array_equal(ErfOp.kernel(element_dtype="bfloat16")(every_bf16).view(np.uint16), want16)
+    out = np.empty_like(every_bf16)
+    assert ErfOp.out_kernel(element_dtype="bfloat16")(out, every_bf16) is out
+    np.testing.assert_array_equal(out.view(np.uint16), want16)
+    np.testing.assert_array_equal(fallback.view(np.uint16), want16.reshape(256, 256)[:, ::2])
+    monkeypatch.setenv("XTPU_NO_NUMBA", "1")
+    assert B16.erf(bits) is None
+    np.testing.assert_array_equal(ErfOp.kernel(element_dtype="bfloat16")(every_bf16).view(np.uint16), want16)
