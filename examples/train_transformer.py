@@ -183,10 +183,7 @@ def mlp(x, p, prefix: str):
 def logits_fn(p, tokens, layers: int, heads: int):
     """Next-character logits [B, T, vocab] for int32 tokens [B, T]."""
     t = tokens.shape[1]
-    # Keras' Embedding under a mixed policy gathers from the float32 table and casts the rows it read
-    # to the compute dtype (so the table's gradient is summed in float32).
-    rows = xtpu.gather(float32(p["wte"]), tokens)
-    x = xtpu.cast(rows, xtpu.keras.mixed_precision.global_policy().compute_dtype) + p["wpe"][:t]
+    x = xtpu.gather(p["wte"], tokens) + p["wpe"][:t]
     for i in range(layers):
         pre = f"l{i}."
         x = x + attention(layer_norm(x, p[pre + "ln1_g"], p[pre + "ln1_b"]), p, pre, heads)
