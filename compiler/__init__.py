@@ -51,6 +51,7 @@ _API: dict[str, tuple[str, ...]] = {
     "xtpu.dtypes": (
         "bfloat16",
         "bool",
+        "complex64",
         "double",
         "float16",
         "half",
@@ -63,6 +64,7 @@ _API: dict[str, tuple[str, ...]] = {
     ),
     "xtpu.ops.math_ops": (
         "cast",
+        "complex",
         "matmul",
         "logical_and",
         "logical_not",
@@ -305,6 +307,7 @@ __all__ = [
 
 # dtypes (issue 28).
 __all__ += ["bfloat16", "bool", "double", "float16", "half", "int8", "int16", "uint8", "uint16", "uint32", "uint64"]
+__all__ += ["complex64", "complex"]
 
 # Distribution strategy (issue 5).
 __all__ += [

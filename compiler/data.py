@@ -57,7 +57,7 @@ def _as_structure(element: Any) -> Any:
 
 def _to_eager(element: Any) -> Any:
     leaves, td = pytree.flatten(element)
-    return pytree.unflatten(td, [as_eager_tensor(x) if np_kind(x.dtype) in "biuf" else x for x in leaves])
+    return pytree.unflatten(td, [as_eager_tensor(x) if np_kind(x.dtype) in "biufc" else x for x in leaves])
 
 
 def _spec_of(element: Any, batch_dim: Any = "none") -> Any:

@@ -6,7 +6,9 @@ that takes a ``dtype`` also takes a numpy dtype (``ml_dtypes.bfloat16``,
 type: 8 exponent bits like ``float32`` (the same range) and 8 significand
 bits; at run time it is ml_dtypes' numpy type, the one JAX and TF use.  The
 arithmetic xtpu does on it (float32 accumulation of products and sums) is
-described in ``docs/dtypes.md``.
+described in ``docs/dtypes.md``.  ``complex64`` is two float32 numbers, the
+real part first (numpy's ``complex64``); the ops TF defines on it are listed
+there too.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ uint8 = "uint8"
 uint16 = "uint16"
 uint32 = "uint32"
 uint64 = "uint64"
+complex64 = "complex64"
 bool = "bool"  # noqa: A001 -- TF's name (tf.bool); this module uses no builtin bool
 bool_ = "bool"
 string = "string"
@@ -34,6 +37,7 @@ __all__ = [
     "bfloat16",
     "bool",
     "bool_",
+    "complex64",
     "double",
     "float16",
     "float32",

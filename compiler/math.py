@@ -37,11 +37,13 @@ from xtpu.ops.math_ops import (
     abs,
     add,
     cast,
+    conj,
     divide,
     equal,
     exp,
     greater,
     greater_equal,
+    imag,
     less,
     less_equal,
     log,
@@ -55,6 +57,7 @@ from xtpu.ops.math_ops import (
     negative,
     not_equal,
     pow,
+    real,
     reduce_max,
     reduce_mean,
     reduce_min,
@@ -79,6 +82,10 @@ from xtpu.ops.nn_more import softplus
 from xtpu.ops.nn_ops import log_softmax, softmax  # tf.math.softmax is tf.nn.softmax
 
 __all__ = [
+    # complex64 (issue 28)
+    "conj",
+    "imag",
+    "real",
     "segment_sum",
     "unsorted_segment_sum",
     "unsorted_segment_max",

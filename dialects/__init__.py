@@ -10,6 +10,7 @@ from xtpu.dialects.dynamic_shapes import DYNAMIC_SHAPE_OPS
 from xtpu.dialects.fusion import FUSION
 from xtpu.dialects.hlo import HLO_ATTRS, MATH_OPS
 from xtpu.dialects.hlo_bits import BITS_OPS
+from xtpu.dialects.hlo_complex import COMPLEX_OPS
 from xtpu.dialects.hlo_control import CONTROL_OPS
 from xtpu.dialects.hlo_host import HOST_OPS
 from xtpu.dialects.hlo_indexing import INDEXING_ATTRS, INDEXING_OPS
@@ -29,6 +30,7 @@ HLO = Dialect(
     + INDEXING_OPS
     + ROUNDING_OPS
     + MATH_EXTRA_OPS
+    + COMPLEX_OPS
     + LINALG_OPS
     + BITS_OPS
     + WINDOW_OPS

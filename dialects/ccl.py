@@ -137,6 +137,8 @@ class CollectiveOp(PrimitiveOp):
         bitwise_and / bitwise_or, which have no float loop."""
         if computation in ("and", "or") and s.dtype not in ("int32", "int64", "bool"):
             raise ShapeError(f"{cls.name} applies {computation} to integer or boolean tensors only, got {s}")
+        if computation in ("max", "min") and s.dtype == "complex64":
+            raise ShapeError(f"{cls.name} applies {computation}, which does not support dtype complex64 (not ordered)")
 
 
 @irdl_op_definition

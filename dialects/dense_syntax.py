@@ -20,6 +20,9 @@ This module gives float elements MLIR's semantics, bit for bit:
   ``-inf : f64``, ``0x7FC00000`` a quiet NaN; any NaN payload and sign is
   kept).  A hex literal with a leading minus or wider than the type is an
   error;
+* a ``complex<f32>`` element is MLIR's pair ``(real,imag)`` whose parts are
+  written and read as ``f32`` elements are (``(0x7FC00000,-0.000000e+00)``),
+  so NaN, inf and -0.0 in either part keep their bits;
 * the printer writes every non-finite element as its bit pattern in upper
   case hex, as MLIR does, finite elements as xDSL does, and a splat only when
   all elements have the same bits; more than 100 elements are written as
@@ -30,8 +33,8 @@ This module gives float elements MLIR's semantics, bit for bit:
 its custom syntax.  :func:`install` makes xDSL's own printer and parser of
 ``dense<...>`` use them for float element types too, so the generic op form
 (``--print-op-generic``) and any other op holding a float dense attribute
-round-trip as well; integer, index, bool and complex element types keep xDSL's
-behaviour.  Importing :mod:`xtpu.dialects` installs it.
+round-trip as well; integer, index, bool and integer-complex element types
+keep xDSL's behaviour.  Importing :mod:`xtpu.dialects` installs it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import numpy as np
 from xdsl.dialects.builtin import (
     BFloat16Type,
     BytesAttr,
+    ComplexType,
     DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
@@ -49,6 +53,8 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
+from xdsl.utils.lexer import Span
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 # element type -> (numpy float dtype, numpy unsigned dtype of its bits)
 _FLOATS: dict[type, tuple[np.dtype, np.dtype]] = {
@@ -64,6 +70,8 @@ HEX_STRING_THRESHOLD = 100
 
 
 def _float_dtypes(elem: Attribute) -> tuple[np.dtype, np.dtype] | None:
+    if isinstance(elem, ComplexType):
+        return _FLOATS.get(type(elem.element_type))
     return _FLOATS.get(type(elem))
 
 
@@ -75,21 +83,37 @@ def print_dense_body(printer: Printer, attr: DenseIntOrFPElementsAttr) -> None:
         return
     fdt, udt = dts
     elem = attr.get_element_type()
-    bits = np.frombuffer(attr.data.data, dtype=udt)
+    parts = 2 if isinstance(elem, ComplexType) else 1
+    if parts == 2:
+        elem = elem.element_type  # type: ignore[attr-defined]
+        # one row of (real, imag) bits per element
+        bits = np.frombuffer(attr.data.data, dtype=udt).reshape(-1, 2)
+    else:
+        bits = np.frombuffer(attr.data.data, dtype=udt)
     values = bits.view(fdt)
+    n = bits.shape[0]
     shape = tuple(attr.get_shape())
-    if int(np.prod(shape, dtype=np.int64)) != bits.size:
-        shape = (bits.size,)
+    if int(np.prod(shape, dtype=np.int64)) != n:
+        shape = (n,)
     width = 2 * udt.itemsize
 
-    def one(i: int) -> None:
-        v = values[i]
+    def part(v: np.generic, b: np.generic) -> None:
         with np.errstate(invalid="ignore"):
             finite = bool(np.isfinite(v))
         if finite:
             printer.print_float(float(v), elem)
         else:
-            printer.print_string(f"0x{int(bits[i]):0{width}X}")
+            printer.print_string(f"0x{int(b):0{width}X}")
+
+    def one(i: int) -> None:
+        if parts == 1:
+            part(values[i], bits[i])
+            return
+        printer.print_string("(")
+        part(values[i, 0], bits[i, 0])
+        printer.print_string(",")
+        part(values[i, 1], bits[i, 1])
+        printer.print_string(")")
 
     def nested(start: int, dims: tuple[int, ...]) -> None:
         printer.print_string("[")
@@ -102,11 +126,11 @@ def print_dense_body(printer: Printer, attr: DenseIntOrFPElementsAttr) -> None:
 
     printer.print_string("dense")
     with printer.in_angle_brackets():
-        if bits.size == 0:
+        if n == 0:
             pass
         elif bool(np.all(bits == bits[0])):
             one(0)
-        elif bits.size > HEX_STRING_THRESHOLD:
+        elif n > HEX_STRING_THRESHOLD:
             printer.print_string(f'"0x{attr.data.data.hex().upper()}"')
         else:
             nested(0, shape)
@@ -143,6 +167,7 @@ def parse_dense_body(parser: AttrParser, type: Attribute | None = None) -> Dense
         assert parser._current_token.span.start == end
         return attr
     fdt, udt = dts
+    is_complex = isinstance(type.get_element_type(), ComplexType)  # type: ignore[attr-defined]
     elements, shape = contents
     type_shape = list(type.get_shape())  # type: ignore[attr-defined]
     count = int(np.prod(type_shape, dtype=np.int64))
@@ -150,25 +175,33 @@ def parse_dense_body(parser: AttrParser, type: Attribute | None = None) -> Dense
         parser.raise_error(
             f"Shape mismatch in dense literal. Expected {type_shape} shape from the type, but got {shape} shape."
         )
-    bits = np.empty(len(elements), dtype=udt)
+    bits = np.empty((len(elements), 2) if is_complex else len(elements), dtype=udt)
     top = 1 << (8 * udt.itemsize)
-    for i, e in enumerate(elements):
-        text = e.span.text
-        if isinstance(e.value, tuple):
-            parser.raise_error("No conversion from complex to float", at_position=e.span)
-        if isinstance(e.value, int) and not isinstance(e.value, bool) and text.lstrip("-").lower().startswith("0x"):
+    part_type = type.get_element_type()  # type: ignore[attr-defined]
+    if is_complex:
+        part_type = part_type.element_type
+
+    def part_bits(value: object, text: str, span: Span) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and text.lstrip("-").lower().startswith("0x"):
             if text.startswith("-"):
-                parser.raise_error("hexadecimal float literal should not have a leading minus", e.span)
-            if e.value >= top:
-                parser.raise_error(
-                    f"hexadecimal float constant out of range for type {type.get_element_type()}", e.span
-                )  # type: ignore[attr-defined]
-            bits[i] = e.value
+                parser.raise_error("hexadecimal float literal should not have a leading minus", span)
+            if value >= top:
+                parser.raise_error(f"hexadecimal float constant out of range for type {part_type}", span)
+            return value
+        with np.errstate(over="ignore"):
+            return int(np.array(float(value), dtype=fdt).view(udt))  # type: ignore[arg-type]
+
+    for i, e in enumerate(elements):
+        if is_complex:
+            if not isinstance(e.value, ComplexParts):
+                parser.raise_error(f"expected a complex element (real, imag) for type {type}", at_position=e.span)
+            bits[i] = [part_bits(v, sp.text, sp) for v, sp in zip(e.value, e.value.spans)]
+        elif isinstance(e.value, tuple):
+            parser.raise_error("No conversion from complex to float", at_position=e.span)
         else:
-            with np.errstate(over="ignore"):
-                bits[i] = np.array(float(e.value), dtype=fdt).view(udt)
+            bits[i] = part_bits(e.value, e.span.text, e.span)
     if not shape:  # splat
-        bits = np.broadcast_to(bits, (count,))
+        bits = np.broadcast_to(bits, (count, 2) if is_complex else (count,))
     return DenseIntOrFPElementsAttr(type, BytesAttr(np.ascontiguousarray(bits).tobytes()))  # type: ignore[arg-type]
 
 
@@ -176,6 +209,38 @@ def parse_dense(parser: AttrParser) -> DenseIntOrFPElementsAttr:
     """Parse ``dense<...> : type`` (see the module docstring)."""
     parser.parse_keyword("dense", " for a dense elements attribute")
     return parse_dense_body(parser)
+
+
+class ComplexParts(tuple):
+    """A complex tensor literal element ``(real, imag)`` as parsed, with the
+    span of each part (``spans``): a hex part is a float's bit pattern, which
+    only its text tells from an integer."""
+
+    spans: tuple[Span, Span]
+
+
+def _parse_optional_complex(parser: AttrParser) -> tuple[ComplexParts, Span] | None:
+    """xDSL's complex literal ``(real, imag)``, keeping each part's span and
+    taking a hex bit pattern beside a decimal float (``(0x7FC00000,1.0)``,
+    MLIR's form of a NaN real part), which xDSL refuses as a mix of an int
+    and a float."""
+    if parser._current_token.kind != MLIRTokenKind.L_PAREN:
+        return None
+    start = parser._consume_token(MLIRTokenKind.L_PAREN).span
+    real, real_span = parser._parse_bool_int_or_float()
+    parser.parse_punctuation(",")
+    imag, imag_span = parser._parse_bool_int_or_float()
+
+    def hex_part(v: object, sp: Span) -> bool:
+        return type(v) is int and sp.text.lstrip("-").lower().startswith("0x")
+
+    kinds = {type(v) for v, sp in ((real, real_span), (imag, imag_span)) if not hex_part(v, sp)}
+    if len(kinds) > 1 or (kinds and bool in kinds and (hex_part(real, real_span) or hex_part(imag, imag_span))):
+        parser.raise_error("Complex value must be either (float, float) or (int, int)")
+    end = parser._consume_token(MLIRTokenKind.R_PAREN).span
+    value = ComplexParts((real, imag))
+    value.spans = (real_span, imag_span)
+    return value, Span(start.start, end.end, start.input)
 
 
 _ORIGINAL_PRINT = DenseIntOrFPElementsAttr.print_without_type
@@ -187,3 +252,4 @@ def install() -> None:
     (idempotent).  Other element types keep xDSL's own code."""
     DenseIntOrFPElementsAttr.print_without_type = lambda self, printer: print_dense_body(printer, self)  # type: ignore[method-assign]
     AttrParser.parse_dense_int_or_fp_elements_attr = parse_dense_body  # type: ignore[method-assign, assignment]
+    AttrParser._parse_optional_complex = _parse_optional_complex  # type: ignore[method-assign, assignment]

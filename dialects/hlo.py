@@ -55,6 +55,7 @@ from xtpu.dialects.primitive import (
     dense_from_array,
 )
 from xtpu.dialects.tensor_spec import (
+    COMPLEX_DTYPES,
     FLOAT_DTYPES,
     INT_DTYPES,
     LOW_PRECISION_FLOATS,
@@ -67,6 +68,10 @@ from xtpu.dialects.tensor_spec import (
 FLOATS = FLOAT_DTYPES
 INTS = INT_DTYPES
 NUMERIC = FLOATS + INTS
+#: ``complex64``: the ops TF defines on it take it (``add``, ``exponential``,
+#: ``abs`` to float32, ...); the others (``maximum``, ``floor``, ordering
+#: comparisons, ...) refuse it with the op and the dtype named, as TF does.
+COMPLEX = COMPLEX_DTYPES
 _F32 = np.dtype(np.float32)
 _LOW = tuple(numpy_dtype(d) for d in LOW_PRECISION_FLOATS)
 
@@ -311,6 +316,7 @@ class AddOp(ElementwiseBinary):
     """Elementwise sum (StableHLO spec: add)."""
 
     name = "hlo.add"
+    DTYPES: ClassVar = NUMERIC + COMPLEX
     UFUNC = staticmethod(np.add)
 
     @classmethod
@@ -325,6 +331,7 @@ class SubtractOp(ElementwiseBinary):
     """Elementwise difference (StableHLO spec: subtract)."""
 
     name = "hlo.subtract"
+    DTYPES: ClassVar = NUMERIC + COMPLEX
     UFUNC = staticmethod(np.subtract)
 
     @classmethod
@@ -341,7 +348,7 @@ class MultiplyOp(ElementwiseBinary):
     """Elementwise product (StableHLO spec: multiply)."""
 
     name = "hlo.multiply"
-    DTYPES: ClassVar = NUMERIC + ("bool",)
+    DTYPES: ClassVar = NUMERIC + ("bool",) + COMPLEX
     UFUNC = staticmethod(np.multiply)
 
     @classmethod
@@ -365,6 +372,7 @@ class DivideOp(ElementwiseBinary):
     """Elementwise quotient; integers truncate toward zero (StableHLO spec: divide)."""
 
     name = "hlo.divide"
+    DTYPES: ClassVar = NUMERIC + COMPLEX
 
     @classmethod
     def kernel(cls, element_dtype=None, **params):
@@ -400,6 +408,7 @@ class PowerOp(ElementwiseBinary):
     """Elementwise ``lhs ** rhs`` (StableHLO spec: power)."""
 
     name = "hlo.power"
+    DTYPES: ClassVar = NUMERIC + COMPLEX
     UFUNC = staticmethod(np.power)
 
     @classmethod
@@ -479,6 +488,7 @@ class NegateOp(ElementwiseUnary):
     """Elementwise negation (StableHLO spec: negate)."""
 
     name = "hlo.negate"
+    DTYPES: ClassVar = NUMERIC + COMPLEX
     UFUNC = staticmethod(np.negative)
 
     @classmethod
@@ -490,10 +500,63 @@ class NegateOp(ElementwiseUnary):
 
 @irdl_op_definition
 class AbsOp(ElementwiseUnary):
-    """Elementwise absolute value (StableHLO spec: abs)."""
+    """Elementwise absolute value (StableHLO spec: abs); of a ``complex64``
+    operand its modulus, a ``float32`` (C2 of the spec: the result is the
+    complex type's element type), computed without overflow as ``hypot``.
+
+    Syntax: ``hlo.abs %x : tensor<3xf32>`` when the operand and result types
+    are equal, else ``hlo.abs %z : (tensor<3xcomplex<f32>>) -> tensor<3xf32>``
+    (StableHLO's printer does the same)."""
 
     name = "hlo.abs"
+    operand = operand_def(TensorType)
+    result = result_def(TensorType)
+    assembly_format = None
+    DTYPES: ClassVar = NUMERIC + COMPLEX
     UFUNC = staticmethod(np.abs)
+
+    @classmethod
+    def infer(cls, specs, **params):
+        (s,) = specs
+        _require_dtype(s, cls.DTYPES, cls.name)
+        return [TensorSpec(s.shape, "float32") if s.dtype in COMPLEX else s]
+
+    def result_params(self):
+        return {"element_dtype": TensorSpec.of_type(self.operand.type).dtype}
+
+    @classmethod
+    def out_kernel(cls, element_dtype=None, **params):
+        """``np.abs`` with ``out=`` (real dtypes as :func:`ufunc_into`; the
+        modulus of a complex64 operand into a float32 ``out``)."""
+        if element_dtype in COMPLEX:
+            return lambda out, x: np.abs(x, out=out)
+        return ufunc_into(np.abs, element_dtype)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> AbsOp:
+        operand = parser.parse_unresolved_operand()
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        if parser.parse_optional_punctuation("(") is not None:
+            operand_type = parser.parse_type()
+            parser.parse_punctuation(")")
+            parser.parse_punctuation("->")
+            result_type = parser.parse_type()
+        else:
+            operand_type = result_type = parser.parse_type()
+        op = cls.create(operands=[parser.resolve_operand(operand, operand_type)], result_types=[result_type])
+        op.attributes.update(attrs)
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.operand)
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        if self.operand.type == self.result.type:
+            printer.print_attribute(self.result.type)
+        else:
+            printer.print_function_type([self.operand.type], [self.result.type])
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, **params):
@@ -511,7 +574,7 @@ class ExpOp(ElementwiseUnary):
     """Elementwise e**x (StableHLO spec: exponential)."""
 
     name = "hlo.exponential"
-    DTYPES: ClassVar = FLOATS
+    DTYPES: ClassVar = FLOATS + COMPLEX
     UFUNC = staticmethod(np.exp)
 
     @classmethod
@@ -525,7 +588,7 @@ class LogOp(ElementwiseUnary):
     """Elementwise natural logarithm (StableHLO spec: log)."""
 
     name = "hlo.log"
-    DTYPES: ClassVar = FLOATS
+    DTYPES: ClassVar = FLOATS + COMPLEX
     UFUNC = staticmethod(np.log)
 
     @classmethod
@@ -539,7 +602,7 @@ class SqrtOp(ElementwiseUnary):
     """Elementwise square root (StableHLO spec: sqrt)."""
 
     name = "hlo.sqrt"
-    DTYPES: ClassVar = FLOATS
+    DTYPES: ClassVar = FLOATS + COMPLEX
     UFUNC = staticmethod(np.sqrt)
 
     @classmethod
@@ -554,7 +617,7 @@ class TanhOp(ElementwiseUnary):
     """Elementwise hyperbolic tangent (StableHLO spec: tanh)."""
 
     name = "hlo.tanh"
-    DTYPES: ClassVar = FLOATS
+    DTYPES: ClassVar = FLOATS + COMPLEX
     UFUNC = staticmethod(np.tanh)
 
     @classmethod
@@ -633,6 +696,11 @@ class CompareOp(PrimitiveOp):
             raise ShapeError("hlo.compare does not support strings")
         if comparison_direction not in _COMPARE:
             raise ShapeError(f"unknown comparison_direction {comparison_direction!r}")
+        if s.dtype in COMPLEX and comparison_direction not in ("EQ", "NE"):
+            raise ShapeError(
+                f"hlo.compare {comparison_direction} does not support dtype {s.dtype}; complex numbers are not"
+                " ordered (EQ and NE only)"
+            )
         return [TensorSpec(s.shape, "bool")]
 
     def result_params(self):
@@ -741,8 +809,28 @@ def _select_into(out, pred, on_true, on_false):
     return out
 
 
+def _from_complex(x: np.ndarray, np_dtype: np.dtype) -> np.ndarray | None:
+    """A complex operand converted to a real ``np_dtype`` (TF's ``cast``):
+    the imaginary part dropped, the real part converted as a float32 (to
+    bool ``real != 0``, as TF's kernel: ``0 + 1j`` is False); None for a
+    complex target."""
+    if np_dtype.kind == "c":
+        return None
+    if np_dtype == np.bool_:
+        return np.not_equal(x.real, 0)
+    return x.real
+
+
 def _convert_into(out, x):
     x = np.asarray(x)
+    if x.dtype.kind == "c":
+        real = _from_complex(x, out.dtype)
+        if real is not None and real.dtype == np.bool_:
+            np.copyto(out, real)
+            return out
+        x = x if real is None else real
+    elif out.dtype.kind == "c" and x.dtype == B16.BF16:
+        x = B16.widen(x)
     if out.dtype == B16.BF16 and x.dtype == _F32:
         return B16.round_f32(x, out=out)
     np.copyto(out, B16.widen(x) if x.dtype == B16.BF16 and not x.flags.c_contiguous else x, casting="unsafe")
@@ -756,6 +844,14 @@ def _convert(np_dtype):
 
     def run(x):
         x = np.asarray(x)
+        if x.dtype.kind == "c":
+            real = _from_complex(x, np_dtype)
+            if real is not None:
+                if real.dtype == np.bool_:
+                    return real
+                x = real
+        elif np_dtype.kind == "c" and x.dtype == B16.BF16:
+            x = B16.widen(x)
         if np_dtype == B16.BF16:
             return narrow(x, np_dtype)
         if x.dtype == B16.BF16 and np_dtype == _F32:
@@ -769,7 +865,10 @@ def _convert(np_dtype):
 @irdl_op_definition
 class ConvertOp(PrimitiveOp):
     """Elementwise dtype conversion (StableHLO spec: convert); float to int
-    truncates toward zero, to bool is ``!= 0``."""
+    truncates toward zero, to bool is ``!= 0``.  A real to ``complex64`` has
+    the imaginary part +0; ``complex64`` to a real dtype drops the imaginary
+    part and converts the real part (TF's ``cast``, to bool too:
+    ``real != 0``; StableHLO leaves it to the implementation)."""
 
     name = "hlo.convert"
     operand = operand_def(TensorType)
@@ -1117,8 +1216,10 @@ class DotGeneralOp(PrimitiveOp):
         lhs, rhs = specs
         if lhs.dtype != rhs.dtype:
             raise ShapeError(f"operands of hlo.dot_general must have the same dtype, got {lhs} and {rhs}")
-        _require_dtype(lhs, NUMERIC, cls.name)
+        _require_dtype(lhs, NUMERIC + COMPLEX, cls.name)
         out_dtype = preferred_element_type or lhs.dtype
+        if out_dtype != lhs.dtype and lhs.dtype in COMPLEX:
+            raise ShapeError(f"hlo.dot_general result type {out_dtype} must be {lhs.dtype} for {lhs.dtype} operands")
         if out_dtype != lhs.dtype and (out_dtype in FLOATS) != (lhs.dtype in FLOATS):
             raise ShapeError(
                 f"hlo.dot_general result type {out_dtype} must be a float for float operands and an integer for"
@@ -1368,6 +1469,8 @@ class ReduceOp(PrimitiveOp):
             raise ShapeError(f"init_value must be a scalar of the input's dtype {x.dtype}, got {init}")
         if x.dtype == "string":
             raise ShapeError("hlo.reduce does not support strings")
+        if x.dtype in COMPLEX and computation not in ("add", "mul"):
+            raise ShapeError(f"hlo.reduce applies {computation} does not support dtype {x.dtype} (add and mul only)")
         dims = tuple(dimensions)
         _check_dims(dims, x.rank, "dimensions")
         shape = tuple(n for i, n in enumerate(x.shape) if i not in dims)

@@ -55,6 +55,7 @@ from xdsl.utils.str_enum import StrEnum
 
 from xtpu.dialects import vjp_util as G
 from xtpu.dialects.hlo import (
+    COMPLEX,
     FLOATS,
     INTS,
     NUMERIC,
@@ -71,6 +72,8 @@ from xtpu.dialects.primitive import EnumParam, IntArrayParam, IntParam, Param, P
 from xtpu.dialects.tensor_spec import TensorSpec
 
 INDEXABLE = NUMERIC + ("bool",)
+#: gather and scatter move complex64 values too (sort does not: not ordered).
+MOVABLE = INDEXABLE + COMPLEX
 _LOW_PRECISION_NP = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16))
 
 
@@ -270,7 +273,7 @@ class GatherOp(PrimitiveOp):
         if len(specs) != 2:
             raise ShapeError(f"hlo.gather takes an operand and start indices, got {len(specs)} operands")
         x, idx = specs
-        if x.dtype not in INDEXABLE:
+        if x.dtype not in MOVABLE:
             raise ShapeError(f"hlo.gather does not support dtype {x.dtype}")
         _index_dtype(idx, "start_indices")
         off, col = _ints(offset_dims), _ints(collapsed_slice_dims)
@@ -617,10 +620,12 @@ class ScatterOp(PrimitiveOp):
         if len(specs) != 3:
             raise _c("C5", f"hlo.scatter takes an input, scatter indices and updates, got {len(specs)} operands")
         x, idx, upd = specs
-        if x.dtype not in INDEXABLE:
+        if x.dtype not in MOVABLE:
             raise ShapeError(f"hlo.scatter does not support dtype {x.dtype}")
         if computation not in [k.value for k in ScatterComputation]:
             raise ShapeError(f"unknown scatter computation {computation!r}")
+        if x.dtype in COMPLEX and computation in ("max", "min"):
+            raise ShapeError(f"hlo.scatter {computation} does not support dtype {x.dtype} (not ordered)")
         if x.dtype == "bool" and computation not in ("replace", "max", "min"):
             raise ShapeError(f"hlo.scatter of bools supports replace, max and min, not {computation}")
         _index_dtype(idx, "scatter_indices")

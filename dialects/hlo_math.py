@@ -29,7 +29,7 @@ from xtpu.dialects import bfloat16 as B16
 from xtpu.dialects import hlo
 from xtpu.dialects import vjp_util as G
 from xtpu.dialects.erf_f32 import erf_f32
-from xtpu.dialects.hlo import FLOATS, NUMERIC, ElementwiseUnary, _check_dims, _require_dtype
+from xtpu.dialects.hlo import COMPLEX, FLOATS, NUMERIC, ElementwiseUnary, _check_dims, _require_dtype
 from xtpu.dialects.primitive import IntArrayParam, PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec
 
@@ -40,7 +40,7 @@ class SignOp(ElementwiseUnary):
     -0.0 (StableHLO spec: sign).  Its gradient is zero (TF's _SignGrad)."""
 
     name = "hlo.sign"
-    DTYPES: ClassVar = NUMERIC
+    DTYPES: ClassVar = NUMERIC + COMPLEX
     UFUNC = staticmethod(np.sign)
 
     @classmethod
@@ -83,7 +83,7 @@ class RsqrtOp(ElementwiseUnary):
     """Elementwise ``1 / sqrt(x)`` (StableHLO spec: rsqrt)."""
 
     name = "hlo.rsqrt"
-    DTYPES: ClassVar = FLOATS
+    DTYPES: ClassVar = FLOATS + COMPLEX
     UFUNC = staticmethod(_rsqrt)
 
     @classmethod
@@ -99,7 +99,7 @@ class LogPlusOneOp(ElementwiseUnary):
     log_plus_one)."""
 
     name = "hlo.log_plus_one"
-    DTYPES: ClassVar = FLOATS
+    DTYPES: ClassVar = FLOATS + COMPLEX
     UFUNC = staticmethod(np.log1p)
 
     @classmethod
@@ -114,7 +114,7 @@ class SineOp(ElementwiseUnary):
     """Elementwise sine (StableHLO spec: sine)."""
 
     name = "hlo.sine"
-    DTYPES: ClassVar = FLOATS
+    DTYPES: ClassVar = FLOATS + COMPLEX
     UFUNC = staticmethod(np.sin)
 
     @classmethod
@@ -129,7 +129,7 @@ class CosineOp(ElementwiseUnary):
     """Elementwise cosine (StableHLO spec: cosine)."""
 
     name = "hlo.cosine"
-    DTYPES: ClassVar = FLOATS
+    DTYPES: ClassVar = FLOATS + COMPLEX
     UFUNC = staticmethod(np.cos)
 
     @classmethod

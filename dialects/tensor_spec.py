@@ -2,9 +2,10 @@
 
 A :class:`TensorSpec` is the abstract value of a tensor: a static shape and a
 dtype name (TF's names: ``float32``, ``float64``, ``bfloat16``, ``float16``,
-``int8`` ... ``int64``, ``uint8`` ... ``uint64``, ``bool`` and ``string``).
-It converts to and from the builtin MLIR ``tensor<...>`` type (``f32``,
-``bf16``, ``f16``, ``i8``, ``ui8``, ... as StableHLO spells them); strings use
+``int8`` ... ``int64``, ``uint8`` ... ``uint64``, ``complex64``, ``bool`` and
+``string``).  It converts to and from the builtin MLIR ``tensor<...>`` type
+(``f32``, ``bf16``, ``f16``, ``i8``, ``ui8``, ``complex<f32>``, ... as StableHLO
+spells them); strings use
 ``tensor<...x!hlo.string>``, a type that only the host can hold.  At run time
 ``bfloat16`` is ml_dtypes' numpy type (the one JAX and TF use).
 """
@@ -17,6 +18,7 @@ import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    ComplexType,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -49,13 +51,21 @@ NUMERIC_DTYPES = ("float32", "float64", "int32", "int64", "bool") + (
     "uint16",
     "uint32",
     "uint64",
+    "complex64",
 )
+#: Complex dtypes (TF's ``complex64``: two float32, the real part first).
+COMPLEX_DTYPES = ("complex64",)
 DTYPES = NUMERIC_DTYPES + ("string",)
 
 
 def is_float_dtype(dtype: str) -> bool:
     """True for ``float32``, ``float64``, ``bfloat16`` and ``float16``."""
     return dtype in FLOAT_DTYPES
+
+
+def is_complex_dtype(dtype: str) -> bool:
+    """True for ``complex64``."""
+    return dtype in COMPLEX_DTYPES
 
 
 def is_int_dtype(dtype: str) -> bool:
@@ -92,6 +102,7 @@ _TO_ELEMENT: dict[str, Attribute] = {
     "uint16": IntegerType(16, Signedness.UNSIGNED),
     "uint32": IntegerType(32, Signedness.UNSIGNED),
     "uint64": IntegerType(64, Signedness.UNSIGNED),
+    "complex64": ComplexType(f32),
 }
 
 
@@ -115,6 +126,8 @@ def dtype_of_element(elem: Attribute) -> str:
         return "float16"
     if isinstance(elem, StringType):
         return "string"
+    if isinstance(elem, ComplexType) and isinstance(elem.element_type, Float32Type):
+        return "complex64"
     if isinstance(elem, IntegerType):
         width = elem.width.data
         if elem.signedness.data == Signedness.SIGNLESS:
@@ -187,7 +200,7 @@ class TensorSpec:
     Attributes:
       shape: a tuple of non-negative ints; ``()`` for a scalar.
       dtype: one of :data:`DTYPES` (``float32``, ``bfloat16``, ``int8``, ...,
-        ``bool``, ``string``).
+        ``complex64``, ``bool``, ``string``).
     """
 
     shape: tuple[int, ...]

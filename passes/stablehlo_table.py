@@ -50,7 +50,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from xtpu.dialects import ccl, hlo, hlo_bits, hlo_indexing, hlo_math, hlo_rounding, hlo_window, tpu
+from xtpu.dialects import ccl, hlo, hlo_bits, hlo_complex, hlo_indexing, hlo_math, hlo_rounding, hlo_window, tpu
 from xtpu.dialects.autodiff import CustomGradientOp, StopGradientOp
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
 from xtpu.dialects.fusion import FusionRegionOp, FusionYieldOp
@@ -1522,6 +1522,9 @@ _ELEMENTWISE = [
     (hlo_math.SineOp, "stablehlo.sine"),
     (hlo_math.CosineOp, "stablehlo.cosine"),
     (hlo_math.IsFiniteOp, "stablehlo.is_finite"),
+    (hlo_complex.RealOp, "stablehlo.real"),
+    (hlo_complex.ImagOp, "stablehlo.imag"),
+    (hlo_complex.ComplexOp, "stablehlo.complex"),
     (hlo_bits.XorOp, "stablehlo.xor"),
     (hlo_bits.ShiftLeftOp, "stablehlo.shift_left"),
     (hlo_bits.ShiftRightLogicalOp, "stablehlo.shift_right_logical"),

@@ -50,7 +50,7 @@ from xtpu.dialects.autodiff import StopGradientOp
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp, SetDimensionSizeOp
 from xtpu.dialects.hlo import AddOp
 from xtpu.dialects.primitive import PrimitiveOp
-from xtpu.dialects.tensor_spec import FLOAT_DTYPES, TensorSpec, dtype_of_numpy
+from xtpu.dialects.tensor_spec import FLOAT_DTYPES, TensorSpec, dtype_of_numpy, is_complex_dtype
 from xtpu.dialects.tpu import OutsideCompilationOp, ReplicateOp, YieldOp
 from xtpu.ops.core import broadcast_to, scalar
 from xtpu.passes._common import captured_values
@@ -410,6 +410,7 @@ def backprop(
     for node in reversed(relevant):
         if not any(o in partials for o in node.outputs):
             continue
+        _refuse_complex(graph, node, live)
         if node.op_cls.NOT_DIFFERENTIABLE:
             continue
         out_specs = [graph.spec(o) for o in node.outputs]
@@ -462,6 +463,19 @@ def backprop(
         keep.update(id(r.value.owner) for r in results if isinstance(r, Tensor))
         _erase_dead(discarded, keep)
     return results
+
+
+def _refuse_complex(graph: Any, node: Node, live: set) -> None:
+    """TypeError when a gradient would flow into a complex64 value (a
+    source depends on it through ``node``): xtpu has no complex gradients
+    (TF's conjugate convention, ``math_grad.py``, is not implemented), and
+    stopping there would give silently wrong ones."""
+    for k in node.inputs:
+        if k in live and is_complex_dtype(graph.spec(k).dtype):
+            raise TypeError(
+                f"gradients of complex64 are not supported: the gradient reaches {node.name}, whose input is"
+                f" {graph.spec(k)}{_where(node)}"
+            )
 
 
 def _erase_dead(values: list[Any], keep: set[int]) -> None:

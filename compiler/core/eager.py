@@ -349,9 +349,9 @@ def _wrap(value: Any) -> Any:
     arrays and scalars), other values unchanged."""
     if isinstance(value, EagerTensor):
         return value
-    if isinstance(value, np.ndarray) and np_kind(value.dtype) in "biuf":
+    if isinstance(value, np.ndarray) and np_kind(value.dtype) in "biufc":
         return value.view(EagerTensor)
-    if isinstance(value, np.generic) and np_kind(value.dtype) in "biuf":
+    if isinstance(value, np.generic) and np_kind(value.dtype) in "biufc":
         # numpy gives 0-d results as scalars; TF's EagerTensor stays a tensor
         return np.asarray(value).view(EagerTensor)
     if isinstance(value, tuple):
@@ -420,12 +420,12 @@ def _numeric_operand(x: Any) -> bool:
     """Whether ``x`` is an operand xtpu's elementwise ops take: a bool, int
     or float array, numpy scalar, Python scalar or (nested) list of them."""
     if isinstance(x, (np.ndarray, np.generic)):
-        return np_kind(x.dtype) in "biuf"
-    if isinstance(x, (bool, int, float)):
+        return np_kind(x.dtype) in "biufc"
+    if isinstance(x, (bool, int, float, complex)):
         return True
     if isinstance(x, (list, tuple)):
         try:
-            return np.asarray(x).dtype.kind in "biuf"
+            return np.asarray(x).dtype.kind in "biufc"
         except ValueError:
             return False
     return False
@@ -459,7 +459,7 @@ def as_eager_tensor(value: Any) -> EagerTensor:
 def as_eager_results(results: list[Any]) -> list[Any]:
     """An eager op's numeric results as EagerTensors (strings stay arrays)."""
     return [
-        r if isinstance(r, EagerTensor) or np_kind(np.asarray(r).dtype) not in "biuf" else as_eager_tensor(r)
+        r if isinstance(r, EagerTensor) or np_kind(np.asarray(r).dtype) not in "biufc" else as_eager_tensor(r)
         for r in results
     ]
 

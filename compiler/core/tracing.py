@@ -210,8 +210,9 @@ _PY_DEFAULT = {bool: "bool", int: "int32", float: "float32", str: "string"}
 def to_numpy(value: Any, dtype: str | None = None) -> np.ndarray:
     """Convert a Python or numpy value to an array (TF's convert_to_tensor).
 
-    Python floats become float32 and ints int32, as in TF; numpy arrays keep
-    their dtype.  With ``dtype`` given, Python values take it.
+    Python floats become float32 and ints int32, as in TF; Python complex
+    numbers complex64 (TF makes complex128, which xtpu does not have); numpy
+    arrays keep their dtype.  With ``dtype`` given, Python values take it.
 
     Raises:
       TypeError: the value has no xtpu dtype, or a Python float is given an
@@ -236,11 +237,13 @@ def to_numpy(value: Any, dtype: str | None = None) -> np.ndarray:
         return arr
     kind = arr.dtype.kind
     if dtype is None:
-        dtype = {"b": "bool", "i": "int32", "u": "int32", "f": "float32"}.get(kind)
+        dtype = {"b": "bool", "i": "int32", "u": "int32", "f": "float32", "c": "complex64"}.get(kind)
         if dtype is None:
             raise TypeError(f"cannot convert {value!r} to a tensor")
     elif kind == "f" and dtype in ("int32", "int64", "bool"):
         raise TypeError(f"cannot convert {value!r} (a float) to a {dtype} tensor")
+    elif kind == "c" and dtype != "complex64":
+        raise TypeError(f"cannot convert {value!r} (a complex) to a {dtype} tensor")
     elif dtype == "string":
         raise TypeError(f"cannot convert {value!r} to a string tensor")
     return arr.astype(numpy_dtype(dtype))
@@ -304,7 +307,7 @@ def convert(value: Any, dtype: str | None = None) -> Any:
     tr = current_trace()
     if tr is None:
         # Eagerly an EagerTensor, as every eager op's result (a view: no copy)
-        if np_kind(arr.dtype) in "biuf" and type(arr) is np.ndarray:
+        if np_kind(arr.dtype) in "biufc" and type(arr) is np.ndarray:
             return arr.view(EagerTensor)
         return arr
     return tr.constant(arr)

@@ -315,7 +315,9 @@ def run_in_function(strategy: Any, fn: Callable, args: tuple, kwargs: dict) -> A
 
 def _is_number(x: Any) -> bool:
     """A Python or numpy number or array (what TF converts to a tensor)."""
-    return isinstance(x, (bool, int, float, np.generic)) or (isinstance(x, np.ndarray) and x.dtype.kind in "biuf")
+    return isinstance(x, (bool, int, float, complex, np.generic)) or (
+        isinstance(x, np.ndarray) and x.dtype.kind in "biufc"
+    )
 
 
 def _swap(flat: tuple[list, Any], fn: Callable) -> tuple[Any, list]:
@@ -1003,7 +1005,7 @@ class Function:
 
         def eager(a):
             a = np.asarray(a)
-            return as_eager_tensor(a) if np_kind(a.dtype) in "biuf" else a
+            return as_eager_tensor(a) if np_kind(a.dtype) in "biufc" else a
 
         values = []
         for j, per in enumerate(concrete.per_replica_out):

@@ -70,6 +70,8 @@ def weak_to(x: Any, dtype: str) -> Any:
     arr = np.asarray(x)
     if arr.dtype.kind == "f" and (is_int_dtype(dtype) or dtype == "bool"):
         raise TypeError(f"cannot convert {x!r} (a float) to {dtype}, the dtype of the other operand")
+    if arr.dtype.kind == "c" and dtype != "complex64":
+        raise TypeError(f"cannot convert {x!r} (a complex) to {dtype}, the dtype of the other operand")
     if arr.dtype.kind in "OUS" or dtype == "string":
         if not (arr.dtype.kind in "OUS" and dtype == "string"):
             raise TypeError(f"cannot combine {x!r} with a {dtype} tensor")
@@ -92,7 +94,9 @@ def unify(values: list[Any], op: str) -> list[Any]:
         return [convert(v) if is_strong(v) else weak_to(v, dtype) for v in values]
     arrays = [to_numpy(v) for v in values]
     kinds = {a.dtype.kind for a in arrays}
-    if "f" in kinds and kinds & {"i", "u", "b"}:
+    if "c" in kinds and len(kinds) > 1:
+        arrays = [a.astype(np.complex64) for a in arrays]
+    elif "f" in kinds and kinds & {"i", "u", "b"}:
         arrays = [a.astype(np.float32) if a.dtype.kind != "f" else a for a in arrays]
     return [convert(a) for a in arrays]
 

@@ -45,6 +45,7 @@ from xtpu.ops.core import broadcast_to, dtype_name, dtype_of, elementwise, norma
 
 FLOATS = hlo.FLOATS
 NUMBERS = hlo.NUMERIC
+WITH_COMPLEX = FLOATS + hlo.COMPLEX  # TF defines these on complex64 too
 
 
 def _value(x: Any) -> Any:
@@ -76,7 +77,7 @@ def sign(x: Any, name: str | None = None) -> Any:
     Raises:
       TypeError: bool or string ``x``.
     """
-    return _unary(SignOp, x, "sign", NUMBERS)
+    return _unary(SignOp, x, "sign", NUMBERS + hlo.COMPLEX)
 
 
 def floor(x: Any, name: str | None = None) -> Any:
@@ -115,13 +116,13 @@ def round(x: Any, name: str | None = None) -> Any:  # noqa: A001 - TF's name
 
 def rsqrt(x: Any, name: str | None = None) -> Any:
     """``1 / sqrt(x)`` for floats (tf.math.rsqrt; StableHLO rsqrt)."""
-    return _unary(RsqrtOp, x, "rsqrt")
+    return _unary(RsqrtOp, x, "rsqrt", WITH_COMPLEX)
 
 
 def log1p(x: Any, name: str | None = None) -> Any:
     """``log(1 + x)``, accurate for small ``x`` (tf.math.log1p; StableHLO
     log_plus_one)."""
-    return _unary(LogPlusOneOp, x, "log1p")
+    return _unary(LogPlusOneOp, x, "log1p", WITH_COMPLEX)
 
 
 def erf(x: Any, name: str | None = None) -> Any:
@@ -132,12 +133,12 @@ def erf(x: Any, name: str | None = None) -> Any:
 
 def sin(x: Any, name: str | None = None) -> Any:
     """Sine for floats (tf.math.sin; StableHLO sine)."""
-    return _unary(SineOp, x, "sin")
+    return _unary(SineOp, x, "sin", WITH_COMPLEX)
 
 
 def cos(x: Any, name: str | None = None) -> Any:
     """Cosine for floats (tf.math.cos; StableHLO cosine)."""
-    return _unary(CosineOp, x, "cos")
+    return _unary(CosineOp, x, "cos", WITH_COMPLEX)
 
 
 def is_finite(x: Any, name: str | None = None) -> Any:
@@ -154,7 +155,7 @@ def reciprocal(x: Any, name: str | None = None) -> Any:
     """``1 / x`` elementwise, in ``x``'s dtype (tf.math.reciprocal; integers
     divide with truncation, as TF's Reciprocal kernel)."""
     x = _value(x)
-    if dtype_of(x) not in NUMBERS:
+    if dtype_of(x) not in NUMBERS + hlo.COMPLEX:
         raise TypeError(f"reciprocal: unsupported dtype {dtype_of(x)}")
     return elementwise(hlo.DivideOp, [scalar(1, dtype_of(x)), x], "reciprocal")
 

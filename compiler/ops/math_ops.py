@@ -13,7 +13,8 @@ import numpy as np
 from xtpu.core.tracing import bind, convert, current_trace
 from xtpu.dialects import hlo
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp
-from xtpu.dialects.tensor_spec import is_float_dtype
+from xtpu.dialects.hlo_complex import ComplexOp, ImagOp, RealOp
+from xtpu.dialects.tensor_spec import is_complex_dtype, is_float_dtype
 from xtpu.ops.core import (
     broadcast_shapes,
     broadcast_to,
@@ -70,8 +71,69 @@ def _unary(op_cls, x, name):
 
 
 def abs(x: Any, name: str | None = None) -> Any:  # noqa: A001 - TF's name
-    """``|x|`` (tf.math.abs; StableHLO abs)."""
+    """``|x|`` (tf.math.abs; StableHLO abs); of a complex64 ``x`` its
+    modulus ``sqrt(re**2 + im**2)`` as a float32 tensor (without overflow)."""
     return _unary(hlo.AbsOp, x, "abs")
+
+
+def real(input: Any, name: str | None = None) -> Any:  # noqa: A002 - TF's name
+    """The real part of a complex64 tensor, float32 (tf.math.real; StableHLO
+    real); a real tensor is returned as it is, as in TF."""
+    x = convert(input)
+    if not is_complex_dtype(dtype_of(x)):
+        return x
+    (out,) = bind(RealOp, [x])
+    return out
+
+
+def imag(input: Any, name: str | None = None) -> Any:  # noqa: A002 - TF's name
+    """The imaginary part of a complex64 tensor, float32 (tf.math.imag;
+    StableHLO imag); zeros of a real tensor's shape and dtype, as in TF."""
+    x = convert(input)
+    if not is_complex_dtype(dtype_of(x)):
+        return broadcast_to(scalar(0, dtype_of(x)), shape_of(x))
+    (out,) = bind(ImagOp, [x])
+    return out
+
+
+def complex(real: Any, imag: Any, name: str | None = None) -> Any:  # noqa: A001 - TF's name
+    """The complex64 tensor ``real + imag * 1j`` from two float32 tensors,
+    broadcast against each other (tf.complex; StableHLO complex).  The parts
+    are kept bit for bit (``complex(inf, 0)`` is ``(inf, 0)``, not the NaN
+    that ``inf + 0 * 1j`` would make).
+
+    Raises:
+      TypeError: the parts are not both float32 (TF's float64 parts make a
+        complex128, which xtpu does not have).
+    """
+    re, im = unify([real, imag], "complex")
+    if dtype_of(re) != "float32":
+        raise TypeError(f"complex: the real and imaginary parts must be float32 (making complex64), got {dtype_of(re)}")
+    shape = broadcast_shapes(shape_of(re), shape_of(im), op="complex")
+    (out,) = bind(ComplexOp, [broadcast_to(re, shape), broadcast_to(im, shape)])
+    return out
+
+
+def conj(x: Any, name: str | None = None) -> Any:
+    """The complex conjugate of a complex64 tensor, ``re - im * 1j``
+    (tf.math.conj); XLA's lowering: ``complex(real(x), negate(imag(x)))``,
+    so -0.0 and NaN parts keep their bits (the imaginary part's sign
+    flipped).  A real tensor is returned as it is, as in TF.
+
+    Raises:
+      TypeError: a string or bool tensor (TF's Conj takes numbers).
+    """
+    x = convert(x)
+    dt = dtype_of(x)
+    if dt in ("string", "bool"):
+        raise TypeError(f"conj: unsupported dtype {dt}")
+    if not is_complex_dtype(dt):
+        return x
+    (re,) = bind(RealOp, [x])
+    (im,) = bind(ImagOp, [x])
+    (neg,) = bind(hlo.NegateOp, [im])
+    (out,) = bind(ComplexOp, [re, neg])
+    return out
 
 
 def exp(x: Any, name: str | None = None) -> Any:
@@ -198,6 +260,8 @@ def _reduce(kind: str, x: Any, axis: Any, keepdims: bool, name: str) -> Any:
         raise TypeError(f"{name}: cannot reduce a string tensor")
     if kind == "add" and dt == "bool":
         raise TypeError(f"{name}: cannot sum a bool tensor; cast it first")
+    if kind in ("max", "min") and is_complex_dtype(dt):
+        raise TypeError(f"{name}: unsupported dtype {dt} (complex numbers are not ordered; TF refuses it too)")
     axes = normalize_axes(axis, len(shape), name)
     init = scalar(_INIT[kind](dt), dt)
     (out,) = bind(hlo.ReduceOp, [x, init], computation=kind, dimensions=axes)
@@ -245,7 +309,7 @@ def reduce_mean(input_tensor: Any, axis: Any = None, keepdims: bool = False, nam
         if n is not None:
             return elementwise(hlo.DivideOp, [total, n], "reduce_mean")
     if count == 0:  # total is all zeros: 0 / 0
-        if is_float_dtype(dt):
+        if is_float_dtype(dt) or is_complex_dtype(dt):
             return elementwise(hlo.AddOp, [total, scalar(np.nan, dt)], "reduce_mean")
         return total
     return elementwise(hlo.DivideOp, [total, scalar(count, dt)], "reduce_mean")
@@ -267,8 +331,9 @@ def matmul(
 ) -> Any:
     """Matrix product of the last two dimensions, batched over the leading
     dimensions, which broadcast by numpy's rules (tf.linalg.matmul;
-    StableHLO dot_general).  ``adjoint_*`` is ``transpose_*`` for real
-    tensors; the ``*_is_sparse`` and ``grad_*`` hints are accepted and ignored.
+    StableHLO dot_general).  ``adjoint_*`` is ``transpose_*`` of the
+    conjugate (for real tensors, ``transpose_*``); the ``*_is_sparse`` and
+    ``grad_*`` hints are accepted and ignored.
 
     Shapes: a ``[..., M, K]``, b ``[..., K, N]`` -> ``[..., M, N]``, the
     batch shape the broadcast of the two.  A rank-2 ``b`` is not broadcast:
@@ -287,6 +352,10 @@ def matmul(
         raise ValueError("matmul: only one of transpose_a and adjoint_a (transpose_b and adjoint_b) can be True")
     transpose_a, transpose_b = bool(transpose_a or adjoint_a), bool(transpose_b or adjoint_b)
     a, b = unify([a, b], "matmul")
+    if adjoint_a:
+        a = conj(a)
+    if adjoint_b:
+        b = conj(b)
     if output_type is not None and dtype_name(output_type) != dtype_of(a):
         raise TypeError(f"matmul: output_type {dtype_name(output_type)} differs from the operands' {dtype_of(a)}")
     sa, sb = shape_of(a), shape_of(b)

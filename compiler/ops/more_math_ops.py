@@ -120,7 +120,9 @@ def _reduce(kind: str, init: Any, x: Any, axis: Any, keepdims: bool, op: str, dt
 def reduce_prod(input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None) -> Any:
     """Product over ``axis`` (all axes when None) (tf.math.reduce_prod;
     StableHLO reduce with multiply); 1 over zero elements."""
-    return _reduce("mul", 1, input_tensor, axis, keepdims, "reduce_prod", ("float32", "float64", "int32", "int64"))
+    return _reduce(
+        "mul", 1, input_tensor, axis, keepdims, "reduce_prod", ("float32", "float64", "int32", "int64", "complex64")
+    )
 
 
 def reduce_any(input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None) -> Any:
