@@ -290,7 +290,7 @@ def reduce_mean(input_tensor: Any, axis: Any = None, keepdims: bool = False, nam
     """Mean over ``axis`` (tf.math.reduce_mean); integer tensors use integer
     division, as in TF.  Over zero elements (a zero-size axis) the mean is
     TF's identity of its Mean kernel: NaN for floats (0 / 0) and 0 for
-    integers, without a division by zero."""
+    integers and complex64, without a division by zero."""
     x = convert(input_tensor)
     shape = shape_of(x)
     axes = normalize_axes(axis, len(shape), "reduce_mean")
@@ -308,8 +308,8 @@ def reduce_mean(input_tensor: Any, axis: Any = None, keepdims: bool = False, nam
             n = size if n is None else elementwise(hlo.MultiplyOp, [n, size], "reduce_mean")
         if n is not None:
             return elementwise(hlo.DivideOp, [total, n], "reduce_mean")
-    if count == 0:  # total is all zeros: 0 / 0
-        if is_float_dtype(dt) or is_complex_dtype(dt):
+    if count == 0:  # total is all zeros: 0 / 0 (TF 2.21 gives 0 for complex64, as for integers)
+        if is_float_dtype(dt):
             return elementwise(hlo.AddOp, [total, scalar(np.nan, dt)], "reduce_mean")
         return total
     return elementwise(hlo.DivideOp, [total, scalar(count, dt)], "reduce_mean")

@@ -59,7 +59,10 @@ CASES = [
 
 
 def supported(kind, dtype):
-    # TF sums and averages numbers only; xtpu's min / max also take bools.
+    # TF sums and averages numbers only; xtpu's min / max also take bools;
+    # complex64 is not ordered (no min / max), and its empty mean is 0 (TF 2.21).
+    if dtype == "complex64":
+        return kind in ("reduce_sum", "reduce_mean")
     return not (dtype == "bool" and kind in ("reduce_sum", "reduce_mean"))
 
 
