@@ -521,16 +521,8 @@ class AbsOp(ElementwiseUnary):
         _require_dtype(s, cls.DTYPES, cls.name)
         return [TensorSpec(s.shape, "float32") if s.dtype in COMPLEX else s]
 
-    def result_params(self):
-        return {"element_dtype": TensorSpec.of_type(self.operand.type).dtype}
-
-    @classmethod
-    def out_kernel(cls, element_dtype=None, **params):
-        """``np.abs`` with ``out=`` (real dtypes as :func:`ufunc_into`; the
-        modulus of a complex64 operand into a float32 ``out``)."""
-        if element_dtype in COMPLEX:
-            return lambda out, x: np.abs(x, out=out)
-        return ufunc_into(np.abs, element_dtype)
+    # The kernels are ElementwiseUnary's, keyed by the result dtype: float32
+    # ``np.abs`` takes a complex64 operand to its float32 modulus as it is.
 
     @classmethod
     def parse(cls, parser: Parser) -> AbsOp:
