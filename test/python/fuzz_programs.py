@@ -849,6 +849,10 @@ class Generator:
         ("nn.sigmoid_cross_entropy_with_logits", FLOAT, 0, False),
         ("nn.softmax_cross_entropy_with_logits", FLOAT, 1, False),
         ("nn.sparse_softmax_cross_entropy_with_logits", FLOAT, 1, False),
+        # complex64's part ops on real tensors (TF: real and conj give x, imag zeros)
+        ("real", NUMERIC, 0, True),
+        ("imag", NUMERIC, 0, True),
+        ("conj", NUMERIC, 0, True),
     ]
 
     def op_more(self, scope):
