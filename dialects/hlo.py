@@ -1267,6 +1267,20 @@ class DotGeneralOp(PrimitiveOp):
                 # Transposed views keep BLAS's no-copy transpose flags.
                 if x.ndim == 2 and y.ndim == 2:
                     return intra_op.matmul(x if l_c == 1 else x.T, y if r_c == 0 else y.T, out=out)
+                if y.ndim == 2 and l_c == x.ndim - 1 and x.flags.c_contiguous and x.size:
+                    # [..., K] @ W: one 2-D product of every leading row (a
+                    # batched program's replica axis is one of them), W's
+                    # transpose a BLAS flag as above, not a copy.
+                    rows = x.reshape(-1, x.shape[-1])
+                    w = y if r_c == 0 else y.T
+                    if out is not None and out.flags.c_contiguous:
+                        intra_op.matmul(rows, w, out=out.reshape(rows.shape[0], w.shape[1]))
+                        return out
+                    r = intra_op.matmul(rows, w).reshape(x.shape[:-1] + (w.shape[1],))
+                    if out is None:
+                        return r
+                    np.copyto(out, r)
+                    return out
                 r = np.tensordot(x, y, axes=([l_c], [r_c]))
                 if out is None:
                     return r

@@ -13,6 +13,7 @@ stacked values (:func:`split_kernel`).  docs/runtime.md has the figures.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from xdsl.ir import Block, Operation
 from xtpu.dialects import hlo
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.runtime import sequential
+from xtpu.runtime.buffers import RECYCLED_ARRAYS, free_index
 
 __all__ = ["Batcher", "BatchedPlan", "calls_saved", "enabled", "split_kernel", "stack", "worth_batching"]
 
@@ -125,6 +127,27 @@ class BatchedPlan:
         self.arg_batched = list(arg_batched)
         self.out_batched = list(out_batched)
         self.name = inner.name
+        self._copies = threading.local()  # blocks of the same size share the plan
+
+    def _copy(self, o: np.ndarray, i: int, j: int) -> np.ndarray:
+        """Replica ``j``'s own copy of unbatched output ``i``: an array of
+        an earlier call that nobody holds any more (runtime/buffers.py's
+        recycling: no allocation, no page faults), else a new one."""
+        pools = getattr(self._copies, "pools", None)
+        if pools is None:
+            pools = self._copies.pools = {}
+        pool = pools.setdefault((i, j), [])
+        if pool and (pool[0].shape != o.shape or pool[0].dtype != o.dtype):
+            pool.clear()
+        f = free_index(pool)
+        if f is None:
+            dst = np.empty(o.shape, o.dtype)
+            if len(pool) < RECYCLED_ARRAYS:
+                pool.append(dst)
+        else:
+            dst = pool[f]
+        np.copyto(dst, o)
+        return dst
 
     def __getattr__(self, name: str) -> Any:  # ops, buffer_sets, failed_op, ...: the inner plan's
         return getattr(self.inner, name)
@@ -133,12 +156,14 @@ class BatchedPlan:
         k = self.k
         outs = self.inner.run([stack(a) if f else a[0] for a, f in zip(args, self.arg_batched)], K)
         res = []
-        for o, f in zip(outs, self.out_batched):
+        for i, (o, f) in enumerate(zip(outs, self.out_batched)):
             if f:
                 res.append(tuple(o[j, ...] for j in range(k)))  # views (0-d too), flags kept
             else:
                 # One value for every replica: shared when read-only (an
                 # all-reduce's, as replica by replica), else a copy each.
                 o = np.asarray(o)
-                res.append((o,) * k if not o.flags.writeable else (o,) + tuple(o.copy() for _ in range(k - 1)))
+                res.append(
+                    (o,) * k if not o.flags.writeable else (o,) + tuple(self._copy(o, i, j) for j in range(1, k))
+                )
         return tuple(res)

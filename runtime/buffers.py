@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MIN_BYTES", "Buffers", "Slots", "assign"]
+__all__ = ["MIN_BYTES", "RECYCLED_ARRAYS", "Buffers", "Slots", "assign", "free_index"]
 
 #: Values this small are left to their kernels and malloc (its bins reuse
 #: them without faults; numpy's scalar arithmetic is faster than ``out=``
@@ -206,9 +206,9 @@ class Buffers:
         a = self.arrays[j][s]
         if s not in self.recycled:
             return a
-        for k, busy in enumerate(_refcounts(a)):
-            if busy <= _FREE:
-                return a[k]
+        k = free_index(a)
+        if k is not None:
+            return a[k]
         new = np.empty(*self.keys[s])
         if len(a) < RECYCLED_ARRAYS:
             a.append(new)
@@ -262,3 +262,12 @@ def _refcounts(pool: list) -> list[int]:
 
 #: What :func:`_refcounts` reads for an array only its pool holds.
 _FREE = _refcounts([np.empty(0)])[0]
+
+
+def free_index(pool: list) -> int | None:
+    """The index of an array of ``pool`` that nothing but the pool holds
+    (the caller dropped it), else None."""
+    for k, busy in enumerate(_refcounts(pool)):
+        if busy <= _FREE:
+            return k
+    return None

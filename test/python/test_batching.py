@@ -5,6 +5,7 @@ and the fallback where the body has an op without a batching rule."""
 
 import os
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -281,3 +282,36 @@ def test_a_program_of_collectives_alone_is_not_batched():
     assert not batching.worth_batching(c.executable.replicate, [True])
     out = check(xtpu.cross_replica_sum, inputs, batched_plans=False)
     np.testing.assert_allclose(np.reshape(out[0], -1), sum(i[0] for i in inputs), rtol=1e-6)
+
+
+def test_unbatched_outputs_each_replica_owns_reuse_dropped_arrays():
+    # A result every replica of a block shares (an update after an all-reduce)
+    # is copied for each other replica into arrays the caller dropped (no
+    # allocation); a kept output is never written again.
+    R = 4
+    w = rng.standard_normal((16, 16)).astype(np.float32)
+    xs = [rng.standard_normal((8, 16)).astype(np.float32) for _ in range(R)]
+
+    def f(x, w):
+        g = xtpu.cross_replica_sum(xtpu.matmul(x, x, transpose_a=True))  # x^T x: a stack of transposed views
+        return w - 0.1 * g
+
+    inputs = [[x, w] for x in xs]
+    want, _ = run(f, inputs, 1, batched=False)
+    c = xtpu.lower(f, inputs).compile()
+    xtpu.config.threading.set_inter_op_parallelism_threads(1)
+    first = c(inputs)
+    assert isinstance(c.executable._grouped[c.executable.replica_threads][0][1], BatchedPlan)
+    assert_bitwise(first, want)
+    kept = [[np.array(o, copy=True) for o in r] for r in first]
+    refs = [weakref.ref(first[j][0]) for j in range(1, R)]
+    second = c(inputs)  # the first outputs are still held: other arrays
+    assert not any(second[j][0] is r() for j in range(1, R) for r in refs)
+    assert_bitwise(first, kept)
+    refs += [weakref.ref(second[j][0]) for j in range(1, R)]
+    del first, second
+    third = c(inputs)
+    pooled = [r() for r in refs]
+    assert all(any(third[j][0] is p for p in pooled) for j in range(1, R))  # dropped arrays reused
+    assert_bitwise(third, want)
+    assert all(third[j][0].flags.writeable for j in range(R))
