@@ -20,12 +20,21 @@ from typing import Any
 import numpy as np
 from xdsl.ir import Block, Operation
 
-from xtpu.dialects import hlo
+from xtpu.dialects import ccl, hlo, tpu
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
-from xtpu.runtime import sequential
+from xtpu.runtime import communicator, sequential
 from xtpu.runtime.buffers import RECYCLED_ARRAYS, free_index
 
-__all__ = ["Batcher", "BatchedPlan", "calls_saved", "enabled", "split_kernel", "stack", "worth_batching"]
+__all__ = [
+    "Batcher",
+    "BatchedPlan",
+    "all_reduce_of_rows",
+    "calls_saved",
+    "enabled",
+    "split_kernel",
+    "stack",
+    "worth_batching",
+]
 
 #: The rewrite (passes/batch_replicas.py's ``batch_body``): the body, the
 #: block size and which arguments are batched -> (the batched body, which
@@ -109,6 +118,48 @@ def split_kernel(
         out = np.stack([np.asarray(r) for r in res])
         out.flags.writeable = False  # as each replica's result is (runtime/communicator.py)
         return out
+
+    return run
+
+
+#: Largest operand (one replica's bytes) :func:`all_reduce_of_rows` reduces
+#: with one ``accumulate`` (which writes every partial result: k x it).
+ROWS_REDUCE_BYTES = 1 << 16
+
+
+def all_reduce_of_rows(op: Operation, k: int, num_replicas: int, general: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """The kernel of ``op`` in a batched body when one block holds all
+    ``num_replicas`` replicas (``k`` of them): an all-reduce over one group of
+    every replica, its operand stacked and its result the same for each, of
+    a small operand is ``ufunc.accumulate`` over the replica axis, whose
+    last row is the left-to-right reduction of the rows
+    (runtime/communicator.py's ``reduce_in_order``: the same bits), one
+    call instead of a call per replica (a step's loss or metric all-reduce:
+    a cross-replica sum of a scalar at 8 replicas took 10 us); an operand
+    that is one value for every replica is reduced as ``k`` copies of it.
+    Anything else, and bfloat16 / float16 (ml_dtypes' own loops), is
+    ``general``."""
+    if not isinstance(op, ccl.AllReduceOp) or k != num_replicas or tpu.BATCHED_RESULT_ATTR in op.attributes:
+        return general
+    p = op.params()
+    fn = communicator.REDUCTIONS.get(p["computation"])
+    groups = communicator.normalize_replica_groups([list(g) for g in p["replica_groups"]], num_replicas)
+    if fn is None or groups != (tuple(range(num_replicas)),):
+        return general
+    stacked = tpu.BATCHED_OPERAND_ATTR in op.attributes  # else one value, every replica's operand
+
+    def run(x: Any) -> Any:
+        x = np.asarray(x)
+        rows = x if stacked else np.broadcast_to(x, (k, *x.shape))
+        if (
+            rows.shape[:1] != (k,)
+            or x.dtype.kind not in "biuf"
+            or x.dtype.itemsize * (rows.size // k) > ROWS_REDUCE_BYTES
+        ):
+            return general(x)
+        out = np.array(fn.accumulate(rows, axis=0, dtype=x.dtype)[-1])  # a 0-d array for scalar rows
+        out.flags.writeable = False  # as an all-reduce's result is (runtime/communicator.py)
+        return np.broadcast_to(out, rows.shape) if stacked else out
 
     return run
 

@@ -768,11 +768,16 @@ class Executable:
             if isinstance(plan, batching.BatchedPlan):
                 kernels = plan.kernels(
                     lambda op, w=w, m=m: (
-                        batching.split_kernel(
-                            self._block_collective(op, w, blocks),
+                        batching.all_reduce_of_rows(
+                            op,
                             m,
-                            tpu.BATCHED_OPERAND_ATTR in op.attributes,
-                            tpu.BATCHED_RESULT_ATTR in op.attributes,
+                            self.num_replicas if len(blocks) == 1 and self.world is None else -1,
+                            batching.split_kernel(
+                                self._block_collective(op, w, blocks),
+                                m,
+                                tpu.BATCHED_OPERAND_ATTR in op.attributes,
+                                tpu.BATCHED_RESULT_ATTR in op.attributes,
+                            ),
                         )
                         if isinstance(op, sequential.COLLECTIVES)
                         else self._pure(op)

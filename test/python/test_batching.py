@@ -315,3 +315,36 @@ def test_unbatched_outputs_each_replica_owns_reuse_dropped_arrays():
     assert all(any(third[j][0] is p for p in pooled) for j in range(1, R))  # dropped arrays reused
     assert_bitwise(third, want)
     assert all(third[j][0].flags.writeable for j in range(R))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_an_all_reduce_of_one_block_is_one_accumulate_with_the_in_order_bits(dtype, monkeypatch):
+    # One block holding every replica: an all-reduce over them all of a small
+    # operand (stacked, or one value for every replica) is one accumulate
+    # over the replica axis, the left-to-right order of the replica-by-replica
+    # reduction (int32 wraps; a NaN, -0.0 and rounding kept).
+    from xtpu.runtime import communicator
+
+    R = 5
+    big = np.iinfo(np.int32).max // 3 if dtype == np.int32 else np.float32(1e8)
+    rows = [np.array([big, 1, -1, 3], dtype) * (r + 1) for r in range(R)]
+    if dtype == np.float32:
+        rows[2][1], rows[3][2] = np.nan, -0.0
+    inputs = [[row, np.array(7, dtype)] for row in rows]
+
+    def f(x, s):
+        ctx = xtpu.get_replica_context()
+        a = ctx.all_reduce(xtpu.ReduceOp.SUM, x)
+        b = xtpu.cross_replica_sum(s)  # one value for every replica
+        c = ctx.all_reduce(xtpu.ReduceOp.SUM, x * s)
+        return a, b, c, xtpu.cross_replica_sum(a)  # a: the same for every replica, no longer stacked
+
+    want, _ = run(f, inputs, R, batched=False)  # a thread per replica
+    calls = []
+    original = communicator.reduce_in_order
+    monkeypatch.setattr(communicator, "reduce_in_order", lambda *a: calls.append(1) or original(*a))
+    got, plans = run(f, inputs, 1)
+    assert isinstance(plans[0], BatchedPlan) and not calls
+    assert_bitwise(got, want)
+    flags = [[np.asarray(o).flags.writeable for o in r] for r in want]
+    assert [[np.asarray(o).flags.writeable for o in r] for r in got] == flags
