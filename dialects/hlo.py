@@ -318,12 +318,13 @@ class AddOp(ElementwiseBinary):
     name = "hlo.add"
     DTYPES: ClassVar = NUMERIC + COMPLEX
     UFUNC = staticmethod(np.add)
+    COMPLEX_GRADIENT: ClassVar = True
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, **params):
         """d(x + y) = dx + dy: both inputs get the cotangent (TF's _AddGrad)."""
         (ct,) = cotangents
-        return [ct, ct] if G.is_float(inputs[0]) else [None, None]
+        return [ct, ct] if G.is_inexact(inputs[0]) else [None, None]
 
 
 @irdl_op_definition
@@ -333,12 +334,13 @@ class SubtractOp(ElementwiseBinary):
     name = "hlo.subtract"
     DTYPES: ClassVar = NUMERIC + COMPLEX
     UFUNC = staticmethod(np.subtract)
+    COMPLEX_GRADIENT: ClassVar = True
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, skip_input_indices=(), **params):
         """d(x - y) = dx - dy: ``ct`` and ``-ct`` (TF's _SubGrad)."""
         (ct,) = cotangents
-        if not G.is_float(inputs[0]):
+        if not G.is_inexact(inputs[0]):
             return [None, None]
         return [None if 0 in skip_input_indices else ct, None if 1 in skip_input_indices else G.neg(ct)]
 
@@ -350,14 +352,19 @@ class MultiplyOp(ElementwiseBinary):
     name = "hlo.multiply"
     DTYPES: ClassVar = NUMERIC + ("bool",) + COMPLEX
     UFUNC = staticmethod(np.multiply)
+    COMPLEX_GRADIENT: ClassVar = True
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, skip_input_indices=(), **params):
-        """d(x * y) = y dx + x dy: ``ct * y`` and ``x * ct`` (TF's _MulGrad)."""
+        """d(x * y) = y dx + x dy: ``ct * y`` and ``x * ct`` (TF's _MulGrad;
+        complex64: ``ct * conj(y)`` and ``conj(x) * ct``)."""
         (ct,), (x, y) = cotangents, inputs
-        if not G.is_float(x):
+        if not G.is_inexact(x):
             return [None, None]
-        return [None if 0 in skip_input_indices else G.mul(ct, y), None if 1 in skip_input_indices else G.mul(x, ct)]
+        return [
+            None if 0 in skip_input_indices else G.mul(ct, G.conj(y)),
+            None if 1 in skip_input_indices else G.mul(G.conj(x), ct),
+        ]
 
 
 def _int_divide(a, b):
@@ -373,6 +380,7 @@ class DivideOp(ElementwiseBinary):
 
     name = "hlo.divide"
     DTYPES: ClassVar = NUMERIC + COMPLEX
+    COMPLEX_GRADIENT: ClassVar = True
 
     @classmethod
     def kernel(cls, element_dtype=None, **params):
@@ -387,10 +395,12 @@ class DivideOp(ElementwiseBinary):
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, skip_input_indices=(), **params):
         """d(x / y) = dx / y - x / y**2 dy: ``ct / y`` and ``ct * (-x / y) / y``
-        (TF's _RealDivGrad); integer division has no gradient."""
+        (TF's _RealDivGrad; complex64: the same of ``conj(x)``, ``conj(y)``);
+        integer division has no gradient."""
         (ct,), (x, y) = cotangents, inputs
-        if not G.is_float(x):
+        if not G.is_inexact(x):
             return [None, None]
+        x, y = G.conj(x), G.conj(y)
         return [
             None if 0 in skip_input_indices else G.div(ct, y),
             None if 1 in skip_input_indices else G.mul(ct, G.div(G.div(G.neg(x), y), y)),
@@ -490,12 +500,13 @@ class NegateOp(ElementwiseUnary):
     name = "hlo.negate"
     DTYPES: ClassVar = NUMERIC + COMPLEX
     UFUNC = staticmethod(np.negative)
+    COMPLEX_GRADIENT: ClassVar = True
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, **params):
         """d(-x) = -dx: ``-ct`` (TF's _NegGrad)."""
         (ct,) = cotangents
-        return [G.neg(ct) if G.is_float(inputs[0]) else None]
+        return [G.neg(ct) if G.is_inexact(inputs[0]) else None]
 
 
 @irdl_op_definition
@@ -514,6 +525,7 @@ class AbsOp(ElementwiseUnary):
     assembly_format = None
     DTYPES: ClassVar = NUMERIC + COMPLEX
     UFUNC = staticmethod(np.abs)
+    COMPLEX_GRADIENT: ClassVar = True
 
     @classmethod
     def infer(cls, specs, **params):
@@ -552,8 +564,17 @@ class AbsOp(ElementwiseUnary):
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, **params):
-        """d|x| = sign(x) dx, sign(0) = 0: ``ct * sign(x)`` (TF's _AbsGrad)."""
+        """d|x| = sign(x) dx, sign(0) = 0: ``ct * sign(x)`` (TF's _AbsGrad);
+        of a complex64 ``x``: ``complex(ct, 0) * x / complex(|x|, 0)``, 0
+        where ``|x| = 0`` (TF's _ComplexAbsGrad, a ``div_no_nan``)."""
         (ct,), (x,) = cotangents, inputs
+        if G.is_complex(x):
+            (y,) = outputs
+            zeros, complex_op = G.zeros_like(y), G._op("hlo.complex")
+            at_zero = G.compare(y, zeros, "EQ")
+            safe = G.select(at_zero, G.full_like(y, 1), y)
+            q = G.div(G.mul(G.bind1(complex_op, [ct, zeros]), x), G.bind1(complex_op, [safe, zeros]))
+            return [G.select(at_zero, G.zeros_like(x), q)]
         if not G.is_float(x):
             return [None]
         zeros = G.zeros_like(x)
@@ -566,13 +587,15 @@ class ExpOp(ElementwiseUnary):
     """Elementwise e**x (StableHLO spec: exponential)."""
 
     name = "hlo.exponential"
+    COMPLEX_GRADIENT: ClassVar = True
     DTYPES: ClassVar = FLOATS + COMPLEX
     UFUNC = staticmethod(np.exp)
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, **params):
-        """d exp(x) = exp(x) dx: ``ct * y`` (TF's _ExpGrad)."""
-        return [G.mul(cotangents[0], outputs[0])]
+        """d exp(x) = exp(x) dx: ``ct * y`` (TF's _ExpGrad; complex64:
+        ``ct * conj(y)``)."""
+        return [G.mul(cotangents[0], G.conj(outputs[0]))]
 
 
 @irdl_op_definition
@@ -580,13 +603,15 @@ class LogOp(ElementwiseUnary):
     """Elementwise natural logarithm (StableHLO spec: log)."""
 
     name = "hlo.log"
+    COMPLEX_GRADIENT: ClassVar = True
     DTYPES: ClassVar = FLOATS + COMPLEX
     UFUNC = staticmethod(np.log)
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, **params):
-        """d log(x) = dx / x: ``ct / x`` (TF's _LogGrad)."""
-        return [G.div(cotangents[0], inputs[0])]
+        """d log(x) = dx / x: ``ct / x`` (TF's _LogGrad; complex64:
+        ``ct / conj(x)``)."""
+        return [G.div(cotangents[0], G.conj(inputs[0]))]
 
 
 @irdl_op_definition
@@ -594,13 +619,16 @@ class SqrtOp(ElementwiseUnary):
     """Elementwise square root (StableHLO spec: sqrt)."""
 
     name = "hlo.sqrt"
+    COMPLEX_GRADIENT: ClassVar = True
     DTYPES: ClassVar = FLOATS + COMPLEX
     UFUNC = staticmethod(np.sqrt)
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, **params):
-        """d sqrt(x) = dx / (2 sqrt(x)): ``ct * 0.5 / y`` (TF's _SqrtGrad)."""
+        """d sqrt(x) = dx / (2 sqrt(x)): ``ct * 0.5 / y`` (TF's _SqrtGrad;
+        complex64: ``ct * 0.5 / conj(y)``)."""
         (ct,), (y,) = cotangents, outputs
+        y = G.conj(y)
         return [G.mul(ct, G.div(G.full_like(y, 0.5), y))]
 
 
@@ -863,6 +891,7 @@ class ConvertOp(PrimitiveOp):
     ``real != 0``; StableHLO leaves it to the implementation)."""
 
     name = "hlo.convert"
+    COMPLEX_GRADIENT: ClassVar = True
     operand = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
@@ -891,10 +920,12 @@ class ConvertOp(PrimitiveOp):
 
     @classmethod
     def vjp(cls, cotangents, inputs, outputs, dtype=None, **params):
-        """Float to float: the cotangent converted back; any conversion from
-        or to an integer or bool has no gradient (TF's _CastGrad)."""
+        """Float (or complex64) to float: the cotangent converted back (to
+        complex64 with imaginary part 0, from complex64 its real part); any
+        conversion from or to an integer or bool has no gradient (TF's
+        _CastGrad)."""
         (ct,), (x,) = cotangents, inputs
-        if not (G.is_float(x) and G.is_float(ct)):
+        if not (G.is_inexact(x) and G.is_inexact(ct)):
             return [None]
         return [G.convert(ct, G.dtype(x))]
 
@@ -1009,6 +1040,7 @@ class BroadcastInDimOp(PrimitiveOp):
     dimension ``broadcast_dimensions[i]`` (StableHLO spec: broadcast_in_dim)."""
 
     name = "hlo.broadcast_in_dim"
+    COMPLEX_GRADIENT: ClassVar = True
     operand = operand_def(TensorType)
     broadcast_dimensions = prop_def(DenseArrayBase[I64])
     result = result_def(TensorType)
@@ -1071,7 +1103,7 @@ class BroadcastInDimOp(PrimitiveOp):
         dimension order and shape (JAX's _broadcast_in_dim_transpose_rule;
         TF's _BroadcastToGrad)."""
         (ct,), (x,) = cotangents, inputs
-        if not G.is_float(x):
+        if not G.is_inexact(x):
             return [None]
         dims, xshape = tuple(broadcast_dimensions), G.shape(x)
         kept = [i for i, n in enumerate(xshape) if n != 1]  # operand dims that map 1:1
@@ -1087,6 +1119,7 @@ class ReshapeOp(PrimitiveOp):
     """Same elements in row-major order, new shape (StableHLO spec: reshape)."""
 
     name = "hlo.reshape"
+    COMPLEX_GRADIENT: ClassVar = True
     operand = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
@@ -1112,7 +1145,7 @@ class ReshapeOp(PrimitiveOp):
     def vjp(cls, cotangents, inputs, outputs, **params):
         """The cotangent reshaped to the operand's shape (TF's _ReshapeGrad)."""
         (ct,), (x,) = cotangents, inputs
-        return [G.reshape(ct, G.shape(x)) if G.is_float(x) else None]
+        return [G.reshape(ct, G.shape(x)) if G.is_inexact(x) else None]
 
 
 @irdl_op_definition
@@ -1121,6 +1154,7 @@ class TransposeOp(PrimitiveOp):
     (StableHLO spec: transpose)."""
 
     name = "hlo.transpose"
+    COMPLEX_GRADIENT: ClassVar = True
     operand = operand_def(TensorType)
     permutation = prop_def(DenseArrayBase[I64])
     result = result_def(TensorType)
@@ -1145,7 +1179,7 @@ class TransposeOp(PrimitiveOp):
     def vjp(cls, cotangents, inputs, outputs, permutation=(), **params):
         """The cotangent transposed by the inverse permutation (TF's _TransposeGrad)."""
         (ct,), (x,) = cotangents, inputs
-        if not G.is_float(x):
+        if not G.is_inexact(x):
             return [None]
         return [G.transpose(ct, G.inverse_permutation(permutation))]
 
@@ -1170,6 +1204,7 @@ class DotGeneralOp(PrimitiveOp):
     """
 
     name = "hlo.dot_general"
+    COMPLEX_GRADIENT: ClassVar = True
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     lhs_batching_dimensions = prop_def(DenseArrayBase[I64])
@@ -1357,11 +1392,13 @@ class DotGeneralOp(PrimitiveOp):
         """Each operand's cotangent is a dot_general of the result's cotangent
         with the other operand, contracting the other operand's free
         dimensions, transposed back to the operand's dimension order (JAX's
-        _dot_general_transpose_lhs/_rhs; TF's _MatMulGrad / _BatchMatMulV2Grad);
-        none for an operand in ``skip_input_indices``."""
+        _dot_general_transpose_lhs/_rhs; TF's _MatMulGrad / _BatchMatMulV2Grad,
+        with the other operand conjugated for complex64); none for an
+        operand in ``skip_input_indices``."""
         (ct,), (x, y) = cotangents, inputs
-        if not G.is_float(x):
+        if not G.is_inexact(x):
             return [None, None]
+        x, y = G.conj(x), G.conj(y)
         # A widened result (bf16 operands, f32 result): the cotangent is
         # rounded to the operands' dtype and the gradient contractions
         # accumulate in the result's dtype, rounded once (a TPU's bf16
@@ -1456,6 +1493,7 @@ class ReduceOp(PrimitiveOp):
     ``P`` the product of the input (``mul``)."""
 
     name = "hlo.reduce"
+    COMPLEX_GRADIENT: ClassVar = True
     input = operand_def(TensorType)
     init_value = operand_def(TensorType)
     computation = prop_def(ReductionKindAttr)
@@ -1511,7 +1549,9 @@ class ReduceOp(PrimitiveOp):
         _MinGrad); mul: ct times the product of the other elements, from
         exclusive cumulative products, exact with zeros (TF's _ProdGrad)."""
         (ct,), (x, init), (y,) = cotangents, inputs, outputs
-        if not G.is_float(x) or computation not in ("add", "max", "min", "mul"):
+        if G.is_complex(x) and computation != "add":
+            raise TypeError(f"gradients of complex64 are not supported by hlo.reduce applies {computation} (add only)")
+        if not G.is_inexact(x) or computation not in ("add", "max", "min", "mul"):
             return [None, None]
         dt, xshape, yshape = G.dtype(x), G.shape(x), G.shape(y)
         dims = tuple(dimensions)
@@ -1576,6 +1616,7 @@ class SliceOp(PrimitiveOp):
     """A static strided slice (StableHLO spec: slice)."""
 
     name = "hlo.slice"
+    COMPLEX_GRADIENT: ClassVar = True
     operand = operand_def(TensorType)
     start_indices = prop_def(DenseArrayBase[I64])
     limit_indices = prop_def(DenseArrayBase[I64])
@@ -1612,7 +1653,7 @@ class SliceOp(PrimitiveOp):
         rest as high padding (JAX's _slice_transpose_rule; TF's _SliceGrad /
         _StridedSliceGrad)."""
         (ct,), (x,) = cotangents, inputs
-        if not G.is_float(x):
+        if not G.is_inexact(x):
             return [None]
         high = []
         for n, a, st, m in zip(G.shape(x), start_indices, strides, G.shape(ct)):
@@ -1865,6 +1906,7 @@ class ConcatenateOp(PrimitiveOp):
     """Join tensors along ``dimension`` (StableHLO spec: concatenate)."""
 
     name = "hlo.concatenate"
+    COMPLEX_GRADIENT: ClassVar = True
     inputs = var_operand_def(TensorType)
     dimension = prop_def(IntegerAttr[I64])
     result = result_def(TensorType)
@@ -1905,7 +1947,7 @@ class ConcatenateOp(PrimitiveOp):
         """Each input gets its slice of the cotangent along ``dimension``
         (TF's _ConcatGradV2)."""
         (ct,) = cotangents
-        if not G.is_float(inputs[0]):
+        if not G.is_inexact(inputs[0]):
             return [None] * len(inputs)
         out, offset = [], 0
         ct_shape = G.shape(ct)

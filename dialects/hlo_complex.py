@@ -11,9 +11,9 @@ NaN).  TF's ``tf.math.real``, ``tf.math.imag``, ``tf.complex`` and
 ``tf.math.conj`` are built on them (``conj`` as XLA lowers it:
 ``complex(real(z), negate(imag(z)))``).
 
-Not differentiable: xtpu has no complex gradients (TF's conjugate
-convention is not implemented); the gradient engine raises "gradients of
-complex64 are not supported" when a gradient reaches a complex64 value.
+Gradients follow TF (``math_grad.py``): ``real``'s cotangent is
+``complex(ct, 0)``, ``imag``'s ``complex(0, ct)``, and ``complex``'s parts
+get ``real(ct)`` and ``imag(ct)``.
 
 Syntax::
 
@@ -30,6 +30,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def
 from xdsl.traits import Pure
 
+from xtpu.dialects import vjp_util as G
 from xtpu.dialects.hlo import _require_dtype, _same
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec
@@ -44,7 +45,7 @@ class _Part(PrimitiveOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
     assembly_format = "$operand attr-dict `:` functional-type(operands, results)"
-    NOT_DIFFERENTIABLE: ClassVar = True
+    COMPLEX_GRADIENT: ClassVar = True
     PART: ClassVar[str] = "real"
 
     @classmethod
@@ -61,6 +62,14 @@ class _Part(PrimitiveOp):
             return np.array(getattr(np.asarray(z), part))  # a copy: the part's bits, contiguous
 
         return run
+
+    @classmethod
+    def vjp(cls, cotangents, inputs, outputs, **params):
+        """``complex(ct, 0)`` for ``real``, ``complex(0, ct)`` for ``imag``
+        (TF's _RealGrad / _ImagGrad)."""
+        (ct,) = cotangents
+        zeros = G.zeros_like(ct)
+        return [G.bind1(ComplexOp, [ct, zeros] if cls.PART == "real" else [zeros, ct])]
 
 
 @irdl_op_definition
@@ -94,7 +103,7 @@ class ComplexOp(PrimitiveOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
     assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
-    NOT_DIFFERENTIABLE: ClassVar = True
+    COMPLEX_GRADIENT: ClassVar = True
 
     @classmethod
     def infer(cls, specs, **_):
@@ -112,6 +121,12 @@ class ComplexOp(PrimitiveOp):
             return out
 
         return run
+
+    @classmethod
+    def vjp(cls, cotangents, inputs, outputs, **params):
+        """``real(ct)`` and ``imag(ct)`` (TF's _ComplexGrad)."""
+        (ct,) = cotangents
+        return [G.bind1(RealOp, [ct]), G.bind1(ImagOp, [ct])]
 
 
 COMPLEX_OPS = [RealOp, ImagOp, ComplexOp]

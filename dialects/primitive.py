@@ -235,6 +235,11 @@ class PrimitiveOp(IRDLOperation):
     #: Declared not differentiable (TF's ``ops.NotDifferentiable``): a gradient
     #: that reaches the op stops there and its inputs get no cotangent.
     NOT_DIFFERENTIABLE: ClassVar[bool] = False
+    #: The gradient rule takes complex64 values, with TF's convention (the
+    #: input's cotangent is the cotangent times the conjugate of the
+    #: derivative, ``math_grad.py``); the gradient engine refuses a gradient
+    #: through a complex64 value of any other op.
+    COMPLEX_GRADIENT: ClassVar[bool] = False
     #: The gradient engine differentiates this op through its regions
     #: (``hlo.if``, ``hlo.while``, ``tpu.outside_compilation``, terminators).
     STRUCTURAL_GRADIENT: ClassVar[bool] = False

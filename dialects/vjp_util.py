@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from xtpu.dialects.tensor_spec import COMPLEX_DTYPES
 from xtpu.dialects.tensor_spec import FLOAT_DTYPES as FLOATS
 
 
@@ -77,9 +78,22 @@ def shape(x: Any) -> tuple[int, ...]:
 
 
 def is_float(x: Any) -> bool:
-    """True for float values (float32, float64, bfloat16, float16): the only
-    ones that get gradients."""
+    """True for float values (float32, float64, bfloat16, float16): the
+    ones that get gradients, with complex64 for the ops whose rule takes it
+    (``COMPLEX_GRADIENT``, :func:`is_inexact`)."""
     return dtype(x) in FLOATS
+
+
+def is_complex(x: Any) -> bool:
+    """True for complex64 values."""
+    return dtype(x) in COMPLEX_DTYPES
+
+
+def is_inexact(x: Any) -> bool:
+    """True for float and complex64 values: what the rules of the ops with
+    ``COMPLEX_GRADIENT`` give a cotangent to."""
+    d = dtype(x)
+    return d in FLOATS or d in COMPLEX_DTYPES
 
 
 # ---- applying ops ------------------------------------------------------
@@ -148,6 +162,18 @@ def div(a: Any, b: Any) -> Any:
 
 def neg(a: Any) -> Any:
     return bind1(_op("hlo.negate"), [a])
+
+
+def conj(x: Any) -> Any:
+    """The complex conjugate of a complex64 value (``complex(real(x),
+    -imag(x))``, as XLA lowers it); a real value itself.  TF's complex
+    gradients multiply the cotangent by the conjugate of the derivative
+    (``math_grad.py``)."""
+    if not is_complex(x):
+        return x
+    re = bind1(_op("hlo.real"), [x])
+    im = bind1(_op("hlo.imag"), [x])
+    return bind1(_op("hlo.complex"), [re, neg(im)])
 
 
 def log(a: Any) -> Any:

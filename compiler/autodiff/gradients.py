@@ -50,12 +50,12 @@ from xtpu.dialects.autodiff import StopGradientOp
 from xtpu.dialects.dynamic_shapes import GetDimensionSizeOp, SetDimensionSizeOp
 from xtpu.dialects.hlo import AddOp
 from xtpu.dialects.primitive import PrimitiveOp
-from xtpu.dialects.tensor_spec import FLOAT_DTYPES, TensorSpec, dtype_of_numpy, is_complex_dtype
+from xtpu.dialects.tensor_spec import COMPLEX_DTYPES, FLOAT_DTYPES, TensorSpec, dtype_of_numpy, is_complex_dtype
 from xtpu.dialects.tpu import OutsideCompilationOp, ReplicateOp, YieldOp
 from xtpu.ops.core import broadcast_to, scalar
 from xtpu.passes._common import captured_values
 
-DIFFERENTIABLE_DTYPES = FLOAT_DTYPES
+DIFFERENTIABLE_DTYPES = FLOAT_DTYPES + COMPLEX_DTYPES
 
 NESTED_COLOCATION = "Cannot nest gradient colocation operations outside compilation"
 NO_GRADIENT_UID = "No gradient_uid calling gradient within outside_compilation"
@@ -410,7 +410,7 @@ def backprop(
     for node in reversed(relevant):
         if not any(o in partials for o in node.outputs):
             continue
-        _refuse_complex(graph, node, live)
+        _refuse_complex(graph, node, live, partials)
         if node.op_cls.NOT_DIFFERENTIABLE:
             continue
         out_specs = [graph.spec(o) for o in node.outputs]
@@ -465,17 +465,20 @@ def backprop(
     return results
 
 
-def _refuse_complex(graph: Any, node: Node, live: set) -> None:
-    """TypeError when a gradient would flow into a complex64 value (a
-    source depends on it through ``node``): xtpu has no complex gradients
-    (TF's conjugate convention, ``math_grad.py``, is not implemented), and
-    stopping there would give silently wrong ones."""
-    for k in node.inputs:
-        if k in live and is_complex_dtype(graph.spec(k).dtype):
-            raise TypeError(
-                f"gradients of complex64 are not supported: the gradient reaches {node.name}, whose input is"
-                f" {graph.spec(k)}{_where(node)}"
-            )
+def _refuse_complex(graph: Any, node: Node, live: set, partials: dict) -> None:
+    """TypeError when a gradient would flow through a complex64 value of an
+    op whose rule does not take complex64 (``COMPLEX_GRADIENT``: TF's
+    conjugate convention, ``math_grad.py``): stopping there would give
+    silently wrong gradients."""
+    if node.op_cls.COMPLEX_GRADIENT:
+        return
+    complex_in = [k for k in node.inputs if k in live and is_complex_dtype(graph.spec(k).dtype)]
+    complex_out = [k for k in node.outputs if k in partials and is_complex_dtype(graph.spec(k).dtype)]
+    for k in complex_in + complex_out:
+        raise TypeError(
+            f"gradients of complex64 are not supported by {node.name}: the gradient reaches its"
+            f" {'input' if k in complex_in else 'result'} {graph.spec(k)}{_where(node)}"
+        )
 
 
 def _erase_dead(values: list[Any], keep: set[int]) -> None:

@@ -1361,9 +1361,52 @@ def test_custom_gradient_rule():
     np.testing.assert_array_equal(got[0], ct * 3.0)
 
 
-SPECIAL = {"hlo.custom_gradient": test_custom_gradient_rule}
+@pytest.mark.parametrize("op_name", ["hlo.real", "hlo.imag", "hlo.complex"])
+def test_complex_part_rules(op_name):
+    """complex64's part ops (float32 and complex64 only, so not in the
+    float64 cases above), by central differences under TF's convention:
+    for ``L = sum(Re(conj(ct) * f(inputs)))`` a float input's cotangent is
+    dL/dx and a complex one's dL/dRe + i dL/dIm, so ``dL`` along ``d`` is
+    ``sum(Re(conj(g) * d))``.  The ops are linear: differences of step 1
+    are exact but for float32 rounding."""
+    from xtpu.dialects import hlo_complex
+
+    op = {c.name: c for c in hlo_complex.COMPLEX_OPS}[op_name]
+    rng = np.random.default_rng(zlib.crc32(op_name.encode()))
+
+    def rand(dtype):
+        re = rng.standard_normal(5).astype(np.float32)
+        return re if dtype == "float32" else (re + 1j * rng.standard_normal(5)).astype(np.complex64)
+
+    ins = [rand("float32"), rand("float32")] if op is hlo_complex.ComplexOp else [rand("complex64")]
+    (out,) = op.eager(ins)
+    ct = rand(dtype_of_numpy(out.dtype))
+    grads = op.vjp([ct], ins, [out])
+
+    def loss(xs):
+        (y,) = op.eager(xs)
+        return float(np.sum(np.real(np.conj(ct.astype(np.complex128)) * y.astype(np.complex128))))
+
+    for i, (x, g) in enumerate(zip(ins, grads)):
+        g = np.asarray(g)
+        assert g.dtype == x.dtype and g.shape == x.shape
+        for d in [rand(dtype_of_numpy(x.dtype)) for _ in range(DIRECTIONS)]:
+            plus, minus = list(ins), list(ins)
+            plus[i], minus[i] = x + d, x - d
+            want = (loss(plus) - loss(minus)) / 2
+            got = float(np.sum(np.real(np.conj(g.astype(np.complex128)) * d)))
+            assert abs(got - want) <= 1e-5 * (1 + abs(want)), (op_name, i, got, want)
+
+
+SPECIAL = {
+    "hlo.custom_gradient": test_custom_gradient_rule,
+    "hlo.real": test_complex_part_rules,
+    "hlo.imag": test_complex_part_rules,
+    "hlo.complex": test_complex_part_rules,
+}
 """Ops with a rule checked by a test of their own (a user rule need not be
-the derivative of the forward function)."""
+the derivative of the forward function; complex64's part ops take no
+float64)."""
 
 
 def test_case_ids_are_unique():
