@@ -109,7 +109,7 @@ class EagerTensor(np.ndarray):
         # A view or copy of a value a tape records, made by numpy rather than
         # by an xtpu op (x.swapaxes(...), x.repeat(...)): it would silently
         # carry no gradient.
-        if obj is not None and isinstance(obj, EagerTensor) and np_kind(obj.dtype) == "f":
+        if obj is not None and isinstance(obj, EagerTensor) and np_kind(obj.dtype) in "fc":
             tapes = getattr(_tape_local(), "recording", None)
             if tapes and _tracked_by(obj, tapes) and not _numpy_caller(sys._getframe(1)):
                 raise TypeError(
@@ -292,7 +292,7 @@ def _is_held(value: Any) -> bool:
 
 
 def _float_tracked(values: Any, tapes: list[Any]) -> bool:
-    return any(isinstance(v, np.ndarray) and np_kind(v.dtype) == "f" and _tracked_by(v, tapes) for v in values)
+    return any(isinstance(v, np.ndarray) and np_kind(v.dtype) in "fc" and _tracked_by(v, tapes) for v in values)
 
 
 def _where() -> str:
@@ -328,7 +328,7 @@ def _check_recorded(what: str, inputs: Any, result: Any, tapes: list[Any]) -> No
     for r in result if isinstance(result, (tuple, list)) else (result,):
         if (
             isinstance(r, (np.ndarray, np.generic))
-            and np_kind(np.asarray(r).dtype) == "f"
+            and np_kind(np.asarray(r).dtype) in "fc"
             and not _tracked_by(r, tapes)
         ):
             raise TypeError(_not_recorded_message(what))
@@ -406,7 +406,7 @@ def _xtpu_ufunc(ufunc, method, inputs, kwargs, tapes) -> Any:
             extra
             or kwargs.get("dtype") is not None
             or kwargs.get("where", True) is not True
-            or np_kind(np.asarray(x).dtype) != "f"
+            or np_kind(np.asarray(x).dtype) not in "fc"
             or not _tracked_by(x, tapes)
         ):
             return None
