@@ -94,6 +94,18 @@ def enabled() -> bool:
     return v == "1"
 
 
+def repeated(x: np.ndarray, k: int) -> np.ndarray:
+    """``x`` ``k`` times along a new first axis: a read-only view (stride
+    0) of ``x``'s memory, made directly (``np.broadcast_to`` costs 2.4 us,
+    this 0.3 us: a collective's result in a batched body)."""
+    try:
+        v = np.ndarray((k, *x.shape), x.dtype, x, 0, (0, *x.strides))
+    except (TypeError, ValueError, BufferError):  # not one contiguous buffer
+        return np.broadcast_to(x, (k, *x.shape))
+    v.flags.writeable = False
+    return v
+
+
 def stack(values: Sequence[Any]) -> np.ndarray:
     """The replicas' values of one argument as one ``[k, ...]`` array."""
     return np.stack([np.asarray(v) for v in values])
@@ -114,7 +126,7 @@ def split_kernel(
         res = together(rows)
         if not result_batched:
             first = np.asarray(res[0])
-            return np.broadcast_to(first, (k, *first.shape)) if operand_batched else res[0]
+            return repeated(first, k) if operand_batched else res[0]
         out = np.stack([np.asarray(r) for r in res])
         out.flags.writeable = False  # as each replica's result is (runtime/communicator.py)
         return out
@@ -150,7 +162,7 @@ def all_reduce_of_rows(op: Operation, k: int, num_replicas: int, general: Callab
 
     def run(x: Any) -> Any:
         x = np.asarray(x)
-        rows = x if stacked else np.broadcast_to(x, (k, *x.shape))
+        rows = x if stacked else repeated(x, k)
         if (
             rows.shape[:1] != (k,)
             or x.dtype.kind not in "biuf"
@@ -159,7 +171,7 @@ def all_reduce_of_rows(op: Operation, k: int, num_replicas: int, general: Callab
             return general(x)
         out = np.array(fn.accumulate(rows, axis=0, dtype=x.dtype)[-1])  # a 0-d array for scalar rows
         out.flags.writeable = False  # as an all-reduce's result is (runtime/communicator.py)
-        return np.broadcast_to(out, rows.shape) if stacked else out
+        return repeated(out, k) if stacked else out
 
     return run
 
