@@ -29,6 +29,7 @@ every special value, ties, subnormals and random bits.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -38,8 +39,6 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import BFloat16Type, Float32Type, TensorType
-
-from xtpu.dialects.erf_f32 import ERF_P, ERF_Q
 
 __all__ = [
     "BF16",
@@ -64,186 +63,21 @@ _U16 = np.dtype(np.uint16)
 BINARY_UFUNCS: dict[Any, int] = {np.add: 0, np.subtract: 1, np.multiply: 2, np.true_divide: 3, np.divide: 3}
 
 
+#: The module of the numba kernels, imported by the loader thread only
+#: (importing numba costs 0.5-1 s; ``import xtpu`` does not pay it).
+KERNELS_MODULE = "xtpu.dialects.bfloat16_kernels"
+
+
 def _compile() -> dict[str, Callable[..., Any]]:
-    """Import numba and compile the kernels (numba's on-disk cache makes a
-    later process load them): about 2 s on this machine, 5-13 s under
-    load, which is why it runs on a thread of its own (:func:`_get`)."""
+    """Import numba and compile the kernels, or load them from numba's
+    on-disk cache (a later process: about 0.5 s with numba's import; the
+    first compile about 2 s on this machine, 5-13 s under load), which is
+    why it runs on a thread of its own (:func:`_get`)."""
     try:
-        import numba
-        from llvmlite import ir
-        from numba import types
-        from numba.extending import intrinsic
+        kernels = importlib.import_module(KERNELS_MODULE)
     except ImportError:  # pragma: no cover - numba is a dependency
         return {}
-
-    @intrinsic
-    def as_f32(typingctx, u):
-        """The float32 whose bits are the low 32 bits of the integer ``u``."""
-        if not isinstance(u, types.Integer):
-            return None
-
-        def codegen(context, builder, sig, args):
-            v = args[0]
-            if u.bitwidth > 32:
-                v = builder.trunc(v, ir.IntType(32))
-            elif u.bitwidth < 32:
-                v = builder.zext(v, ir.IntType(32))
-            return builder.bitcast(v, ir.FloatType())
-
-        return types.float32(u), codegen
-
-    @intrinsic
-    def as_u32(typingctx, f):
-        """The bits of the float32 ``f``."""
-        if f != types.float32:
-            return None
-
-        def codegen(context, builder, sig, args):
-            return builder.bitcast(args[0], ir.IntType(32))
-
-        return types.uint32(f), codegen
-
-    jit = numba.njit(inline="always")
-    kernel = numba.njit(nogil=True, cache=True, error_model="numpy")
-    U = np.uint32
-
-    @jit
-    def fast(b):
-        # float32 bits -> bfloat16 bits for every float32 but a NaN: add
-        # half an ulp less one, plus the kept part's last bit (ties to
-        # even), and drop the low 16 bits.
-        return np.uint16((b + U(0x7FFF) + ((b >> U(16)) & U(1))) >> U(16))
-
-    @jit
-    def nan(b):
-        # A NaN: the quiet NaN with its sign (the sum above would carry a
-        # NaN's payload into the exponent or the sign).
-        return np.uint16(((b >> U(16)) & U(0x8000)) | U(0x7FC0))
-
-    @jit
-    def up(h):
-        return as_f32(U(h) << U(16))
-
-    @kernel
-    def round_into(x, out):
-        """x: float32[n] as uint32 bits; out: bfloat16[n] as uint16 bits."""
-        n = x.size
-        top = U(0)
-        for i in range(n):
-            b = x[i]
-            out[i] = fast(b)
-            top = max(top, b & U(0x7FFFFFFF))
-        if top > U(0x7F800000):
-            for i in range(n):
-                b = x[i]
-                if (b & U(0x7FFFFFFF)) > U(0x7F800000):
-                    out[i] = nan(b)
-
-    @jit
-    def apply(op, x, y):
-        if op == 0:
-            return x + y
-        if op == 1:
-            return x - y
-        if op == 2:
-            return x * y
-        return x / y
-
-    @kernel
-    def binary_into(op, a, c, out):
-        """out = round(a op c) on bfloat16 bits (uint16): op 0 add, 1
-        subtract, 2 multiply, 3 divide; a or c may hold one element (a
-        broadcast scalar).  Each layout has its own loop, so that LLVM
-        vectorises it."""
-        n = out.size
-        top = U(0)
-        if a.size == n and c.size == n:
-            for i in range(n):
-                b = as_u32(apply(op, up(a[i]), up(c[i])))
-                out[i] = fast(b)
-                top = max(top, b & U(0x7FFFFFFF))
-        elif a.size == n:
-            y = up(c[0])
-            for i in range(n):
-                b = as_u32(apply(op, up(a[i]), y))
-                out[i] = fast(b)
-                top = max(top, b & U(0x7FFFFFFF))
-        else:
-            x = up(a[0])
-            for i in range(n):
-                b = as_u32(apply(op, x, up(c[i])))
-                out[i] = fast(b)
-                top = max(top, b & U(0x7FFFFFFF))
-        if top > U(0x7F800000):
-            sa = 1 if a.size == n else 0
-            sc = 1 if c.size == n else 0
-            for i in range(n):
-                b = as_u32(apply(op, up(a[i * sa]), up(c[i * sc])))
-                if (b & U(0x7FFFFFFF)) > U(0x7F800000):
-                    out[i] = nan(b)
-
-    @kernel
-    def round_trip_into(x, out):
-        """out = widen(round(x)), float32 bits (uint32) both; a NaN's
-        rounding chosen per element (a select: one vectorised pass; out
-        must not be x, whose aliasing check would keep the loop scalar)."""
-        for i in range(x.size):
-            b = x[i]
-            h = nan(b) if (b & U(0x7FFFFFFF)) > U(0x7F800000) else fast(b)
-            out[i] = U(h) << U(16)
-
-    p0, p1, p2, p3, p4, p5, p6 = (np.float32(c) for c in ERF_P)
-    q0, q1, q2, q3, q4 = (np.float32(c) for c in ERF_Q)
-    lo, hi = np.float32(-4), np.float32(4)
-
-    @jit
-    def erf1(v):
-        # erf_f32's steps on one float32, in its order (np.clip, Horner's
-        # rule for P and Q, the quotient, times the clamped x).
-        if v < lo:
-            v = lo
-        elif v > hi:
-            v = hi
-        x2 = v * v
-        p = x2 * p0 + p1
-        p = p * x2 + p2
-        p = p * x2 + p3
-        p = p * x2 + p4
-        p = p * x2 + p5
-        p = p * x2 + p6
-        q = x2 * q0 + q1
-        q = q * x2 + q2
-        q = q * x2 + q3
-        q = q * x2 + q4
-        return (p / q) * v
-
-    @kernel
-    def erf_into(x, out):
-        """out = erf(x), float32[n] both (out may be x)."""
-        for i in range(x.size):
-            out[i] = erf1(x[i])
-
-    @kernel
-    def erf_bf16_into(x, out):
-        """out = round(erf(widen(x))), bfloat16 bits (uint16) both."""
-        for i in range(x.size):
-            b = as_u32(erf1(up(x[i])))
-            out[i] = nan(b) if (b & U(0x7FFFFFFF)) > U(0x7F800000) else fast(b)
-
-    # Compile (or load from numba's cache) the signatures xtpu calls.
-    u32, u16, f32 = np.zeros(1, np.uint32), np.zeros(1, np.uint16), np.zeros(1, np.float32)
-    round_into(u32, u16)
-    binary_into(0, u16, u16, u16.copy())
-    round_trip_into(u32, u32.copy())
-    erf_into(f32, f32.copy())
-    erf_bf16_into(u16, u16.copy())
-    return {
-        "round_into": round_into,
-        "binary_into": binary_into,
-        "round_trip_into": round_trip_into,
-        "erf_into": erf_into,
-        "erf_bf16_into": erf_bf16_into,
-    }
+    return kernels.compiled_kernels()
 
 
 _KERNELS: dict[str, Callable[..., Any]] | None = None  # None: not loaded yet

@@ -317,3 +317,22 @@ def test_fused_round_trip_runs_as_one_pass(monkeypatch):
                 ):
                     np.testing.assert_array_equal(np.asarray(v).view(np.uint8), np.asarray(w).view(np.uint8))
         assert len(calls) == 2 * pairs, (fn.__name__, calls)
+
+
+def test_a_later_process_loads_the_kernels_from_numbas_cache():
+    # The kernels are module-level functions (dialects/bfloat16_kernels.py):
+    # numba's on-disk cache serves a second process, whose load adds no
+    # cache entry (closures were compiled again by every process and each
+    # added files to the cache).
+    import pathlib
+    import subprocess
+    import sys
+
+    from xtpu.dialects import bfloat16_kernels
+
+    cache = pathlib.Path(bfloat16_kernels.__file__).parent / "__pycache__"
+    code = "from xtpu.dialects import bfloat16 as B; assert B.load(timeout=300)"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    before = sorted(p.name for p in cache.glob("bfloat16_kernels*.nb*"))
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    assert before and sorted(p.name for p in cache.glob("bfloat16_kernels*.nb*")) == before
