@@ -4,8 +4,10 @@ Every complex64 value goes through a path and must come back with the same
 bits, NaN (with sign and payload), inf and -0.0 in either part included:
 the IR text (``as_text()``, the Python parser in the custom and the generic
 form, ``xtpu-run``), eager and compiled ops, collectives, host transfers
-(outside compilation) and checkpoints.  The ops' values are checked against
-TF 2.21 from committed data (``test/data/complex64_tf.npz``, written by
+(outside compilation) and checkpoints; the moving collectives are
+test_dtypes.py's ``test_moving_collectives_keep_every_bit[complex64]``.
+The ops' values and gradients are checked against TF 2.21 from committed
+data (``test/data/complex64_tf.npz``, written by
 ``test/data/gen_complex64_tf.py``) and against numpy.
 """
 
@@ -339,28 +341,6 @@ def test_cross_replica_sum_and_host_round_trip():
     same_bits(only[0], v)
     stages = xtpu.lower(lambda x: xtpu.cross_replica_sum(x), [[finite], [other]]).compile().stages
     assert f"tensor<{finite.size}xcomplex<f32>>" in stages["tpu-lower-cross-replica-sum"]
-
-
-def test_moving_collectives_keep_every_bit():
-    from xtpu.replication.collectives import all_gather, all_to_all, collective_permute
-
-    v = specials()[:16].copy()
-    w = v[::-1].copy()
-
-    def f(x):
-        return (
-            collective_permute(x, [[0, 1], [1, 0]]),
-            all_to_all(xtpu.reshape(x, [2, -1]), 0, 0, 2),
-            all_gather(x, 0, 2),
-        )
-
-    (r0, r1) = xtpu.replicate(f, [[v], [w]])
-    same_bits(r0[0], w)
-    same_bits(r1[0], v)
-    same_bits(r0[1], np.concatenate([v[:8], w[:8]]).reshape(2, 8))
-    same_bits(r1[1], np.concatenate([v[8:], w[8:]]).reshape(2, 8))
-    for r in (r0, r1):
-        same_bits(r[2], np.concatenate([v, w]))
 
 
 def test_checkpoint_keeps_bits(tmp_path):

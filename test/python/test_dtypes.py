@@ -39,6 +39,11 @@ def special_values(dtype):
     (quiet, signalling, with payload), -0.0, subnormals, the largest finite;
     for integers the extremes."""
     dt = numpy_dtype(dtype)
+    if dtype == "complex64":  # the float32 specials paired with each other: 16 values
+        f = np.array([0x7FC00000, 0xFFC00001, 0x80000000, 0x00000001], np.uint32).view(np.float32)
+        z = np.empty(16, np.complex64)
+        z.real, z.imag = np.repeat(f, 4), np.tile(f, 4)
+        return z
     if dtype == "bfloat16":
         return np.array(
             [0x7F80, 0xFF80, 0x7FC0, 0x7FC5, 0x7F81, 0x8000, 0x0000, 0x0001, 0x807F, 0x7F7F, 0x3F80, 0xBFC0], np.uint16
@@ -355,7 +360,7 @@ def test_cross_replica_sum_and_host_round_trip(dtype):
     same_bits(only[0], v)
 
 
-@pytest.mark.parametrize("dtype", NEW_DTYPES)
+@pytest.mark.parametrize("dtype", NEW_DTYPES + ["complex64"])
 def test_moving_collectives_keep_every_bit(dtype):
     """collective_permute, all_to_all and an all-gather move values without
     arithmetic: NaN payloads, inf, -0.0 and subnormals arrive as sent."""
