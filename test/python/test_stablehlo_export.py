@@ -230,6 +230,31 @@ def test_compiled_program_runs_on_xla_equal_to_xtpu(name, dtype):
     X.check_against_xtpu(compiled, inputs)
 
 
+def test_complex64_program_runs_on_xla_equal_to_xtpu():
+    """complex64 (``complex<f32>``): a contraction, an all-reduce, the part
+    ops (``stablehlo.real`` / ``imag`` / ``complex``), abs to float32, a
+    constant with a -0.0 part, a transcendental, a cast and a quotient."""
+    m = xtpu.math
+
+    def step(x, w):
+        y = xtpu.cross_replica_sum(xtpu.matmul(x, w) * xtpu.constant(np.complex64(complex(0.5, -0.0))))
+        return (
+            m.abs(y),
+            xtpu.complex(m.imag(y), m.real(y)),
+            m.conj(y),
+            m.exp(y * 0.01),
+            xtpu.cast(y, xtpu.float32),
+            y / (y + 1.0),
+        )
+
+    rng = np.random.default_rng(0)
+    inputs = [
+        [(rng.standard_normal(s) + 1j * rng.standard_normal(s)).astype(np.complex64) for s in ((2, 3), (3, 4))]
+        for _ in range(2)
+    ]
+    X.check_against_xtpu(xtpu.lower(step, inputs).compile(), inputs)
+
+
 def test_traced_program_exports_too():
     """``Lowered.as_text(dialect="stablehlo")``: cross_replica_sum becomes an
     all_reduce over every replica, as tpu-lower-cross-replica-sum makes it."""
