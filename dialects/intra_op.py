@@ -82,47 +82,18 @@ def _slices(size: int, n: int) -> list[slice]:
     return [slice(a, min(a + step, size)) for a in range(0, size, step)]
 
 
-#: Up to this many matrices, a stack whose matrices are transposed views
-#: is multiplied one matrix at a time (module doc), beyond it copied.
-MAX_LOOPED = 64
-
-
-def _rows_unit_stride(a: np.ndarray) -> bool:
-    return a.ndim < 2 or a.strides[-1] == a.itemsize or a.shape[-1] <= 1
-
-
-def _stacked(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``np.matmul`` on 3-D stacks.  numpy's stacked matmul calls BLAS only
-    for matrices whose rows are contiguous: on a stack of transposed views
-    (``x^T @ g`` per replica of a batched program) it takes its own loop, 50x
-    slower (57 ms against 1.1 ms for 8 x [256, 64] @ [64, 256]).  Such a
-    stack of at most :data:`MAX_LOOPED` matrices is multiplied matrix by
-    matrix, each the 2-D call with BLAS's transpose flags (the bits of the
-    unbatched product); a larger one is copied to contiguous rows first."""
-    if x.ndim != 3 or y.ndim != 3 or (_rows_unit_stride(x) and _rows_unit_stride(y)):
-        return np.matmul(x, y, out=out)
-    b = max(x.shape[0], y.shape[0])
-    if b > MAX_LOOPED or x.shape[0] != y.shape[0]:
-        return np.matmul(np.ascontiguousarray(x), np.ascontiguousarray(y), out=out)
-    if out is None:
-        out = np.empty((b, x.shape[1], y.shape[2]), dtype=np.result_type(x, y))
-    for i in range(b):
-        np.matmul(x[i], y[i], out=out[i])
-    return out
-
-
 def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(x, y, out=out)`` (2-D, or 3-D with a leading batch
     dimension on both), split over :func:`parts` threads when the product
     is large enough.  Same shapes, dtypes and errors as ``np.matmul``."""
     n = _parts
     if n <= 1 or x.ndim not in (2, 3) or x.ndim != y.ndim:
-        return _stacked(x, y, out=out)
+        return np.matmul(x, y, out=out)
     m, k = x.shape[-2], x.shape[-1]
     cols = y.shape[-1]
     batch = x.shape[0] if x.ndim == 3 else 1
     if batch * m * k * cols < MIN_WORK or y.shape[-2] != k or (x.ndim == 3 and y.shape[0] != batch):
-        return _stacked(x, y, out=out)
+        return np.matmul(x, y, out=out)
     if out is None:
         out = np.empty(x.shape[:-1] + (cols,), dtype=np.result_type(x, y))
     if x.ndim == 3 and batch >= n:
@@ -132,12 +103,12 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.nd
     elif cols >= 2 * n:
         pieces = [(x, y[..., s], out[..., s]) for s in _slices(cols, n)]
     else:
-        return _stacked(x, y, out=out)
+        return np.matmul(x, y, out=out)
     pool = _executor(n - 1)
-    futures = [pool.submit(_stacked, a, b, out=o) for a, b, o in pieces[1:]]
+    futures = [pool.submit(np.matmul, a, b, out=o) for a, b, o in pieces[1:]]
     try:
         a, b, o = pieces[0]
-        _stacked(a, b, out=o)
+        np.matmul(a, b, out=o)
     finally:
         # A piece no pool thread has started yet (its thread waits for a
         # core another process holds) runs here instead of being waited
@@ -145,7 +116,7 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.nd
         # costs more than the caller doing every piece itself.
         for f, (a, b, o) in zip(futures, pieces[1:]):
             if f.cancel():
-                _stacked(a, b, out=o)
+                np.matmul(a, b, out=o)
             else:
                 f.result()
     return out

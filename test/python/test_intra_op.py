@@ -231,31 +231,6 @@ def test_a_step_with_a_large_convolution_splits_it(monkeypatch):
     np.testing.assert_allclose(np.asarray(out[0]), np.asarray(conv(x, w)), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("b", [3, intra_op.MAX_LOOPED + 1])
-@pytest.mark.parametrize("transposed", ["lhs", "rhs", "both"])
-def test_a_stack_of_transposed_matrices_is_blas_products(b, transposed):
-    # numpy's stacked matmul leaves BLAS for a stack of transposed views (50x
-    # slower); intra_op multiplies such a stack matrix by matrix (the 2-D
-    # products' bits) or, a large stack, its contiguous copy (np.matmul's).
-    r = np.random.default_rng(3)
-    x = r.standard_normal((b, 24, 16)).astype(np.float32)
-    y = r.standard_normal((b, 20, 24)).astype(np.float32)
-    xs = np.transpose(x, (0, 2, 1)) if transposed != "rhs" else r.standard_normal((b, 16, 24)).astype(np.float32)
-    ys = np.transpose(y, (0, 2, 1)) if transposed != "lhs" else r.standard_normal((b, 24, 20)).astype(np.float32)
-    want = np.stack([np.matmul(xs[i], ys[i]) for i in range(b)])
-    got = intra_op.matmul(xs, ys)
-    if b <= intra_op.MAX_LOOPED:
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_array_equal(got, np.matmul(np.ascontiguousarray(xs), np.ascontiguousarray(ys)))
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    out = np.empty_like(got)
-    assert intra_op.matmul(xs, ys, out=out) is out
-    np.testing.assert_array_equal(out, got)
-    with pytest.raises(ValueError):
-        intra_op.matmul(xs, ys[:, :-1])
-
-
 @pytest.mark.parametrize("transpose_b", [False, True])
 def test_rows_of_a_3d_operand_times_a_matrix_are_one_2d_product(transpose_b):
     # dot_general of x[..., K] with W[K, N] (or W^T): one product of every
