@@ -1312,11 +1312,8 @@ class DotGeneralOp(PrimitiveOp):
                         intra_op.matmul(rows, w, out=out.reshape(rows.shape[0], w.shape[1]))
                         return out
                     r = intra_op.matmul(rows, w).reshape(x.shape[:-1] + (w.shape[1],))
-                    if out is None:
-                        return r
-                    np.copyto(out, r)
-                    return out
-                r = np.tensordot(x, y, axes=([l_c], [r_c]))
+                else:
+                    r = np.tensordot(x, y, axes=([l_c], [r_c]))
                 if out is None:
                     return r
                 np.copyto(out, r)

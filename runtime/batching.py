@@ -23,7 +23,7 @@ from xdsl.ir import Block, Operation
 from xtpu.dialects import ccl, hlo, tpu
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.runtime import communicator, sequential
-from xtpu.runtime.buffers import RECYCLED_ARRAYS, free_index
+from xtpu.runtime.buffers import recycled
 
 __all__ = [
     "Batcher",
@@ -149,8 +149,7 @@ def all_reduce_of_rows(op: Operation, k: int, num_replicas: int, general: Callab
     call instead of a call per replica (a step's loss or metric all-reduce:
     a cross-replica sum of a scalar at 8 replicas took 10 us); an operand
     that is one value for every replica is reduced as ``k`` copies of it.
-    Anything else, and bfloat16 / float16 (ml_dtypes' own loops), is
-    ``general``."""
+    Anything else, and bfloat16 (ml_dtypes' loops), is ``general``."""
     if not isinstance(op, ccl.AllReduceOp) or k != num_replicas or tpu.BATCHED_RESULT_ATTR in op.attributes:
         return general
     p = op.params()
@@ -202,13 +201,7 @@ class BatchedPlan:
         pool = pools.setdefault((i, j), [])
         if pool and (pool[0].shape != o.shape or pool[0].dtype != o.dtype):
             pool.clear()
-        f = free_index(pool)
-        if f is None:
-            dst = np.empty(o.shape, o.dtype)
-            if len(pool) < RECYCLED_ARRAYS:
-                pool.append(dst)
-        else:
-            dst = pool[f]
+        dst = recycled(pool, o.shape, o.dtype)
         np.copyto(dst, o)
         return dst
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MIN_BYTES", "RECYCLED_ARRAYS", "Buffers", "Slots", "assign", "free_index"]
+__all__ = ["MIN_BYTES", "RECYCLED_ARRAYS", "Buffers", "Slots", "assign", "recycled"]
 
 #: Values this small are left to their kernels and malloc (its bins reuse
 #: them without faults; numpy's scalar arithmetic is faster than ``out=``
@@ -206,13 +206,7 @@ class Buffers:
         a = self.arrays[j][s]
         if s not in self.recycled:
             return a
-        k = free_index(a)
-        if k is not None:
-            return a[k]
-        new = np.empty(*self.keys[s])
-        if len(a) < RECYCLED_ARRAYS:
-            a.append(new)
-        return new
+        return recycled(a, *self.keys[s])
 
     def bind(
         self,
@@ -264,10 +258,14 @@ def _refcounts(pool: list) -> list[int]:
 _FREE = _refcounts([np.empty(0)])[0]
 
 
-def free_index(pool: list) -> int | None:
-    """The index of an array of ``pool`` that nothing but the pool holds
-    (the caller dropped it), else None."""
+def recycled(pool: list, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An array of ``pool`` (arrays of ``shape`` and ``dtype``) that nothing
+    but the pool holds any more (the caller dropped it), else a new one,
+    kept in the pool while it holds fewer than :data:`RECYCLED_ARRAYS`."""
     for k, busy in enumerate(_refcounts(pool)):
         if busy <= _FREE:
-            return k
-    return None
+            return pool[k]
+    new = np.empty(shape, dtype)
+    if len(pool) < RECYCLED_ARRAYS:
+        pool.append(new)
+    return new

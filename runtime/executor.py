@@ -768,17 +768,7 @@ class Executable:
             if isinstance(plan, batching.BatchedPlan):
                 kernels = plan.kernels(
                     lambda op, w=w, m=m: (
-                        batching.all_reduce_of_rows(
-                            op,
-                            m,
-                            self.num_replicas if len(blocks) == 1 and self.world is None else -1,
-                            batching.split_kernel(
-                                self._block_collective(op, w, blocks),
-                                m,
-                                tpu.BATCHED_OPERAND_ATTR in op.attributes,
-                                tpu.BATCHED_RESULT_ATTR in op.attributes,
-                            ),
-                        )
+                        self._batched_collective(op, w, m, blocks)
                         if isinstance(op, sequential.COLLECTIVES)
                         else self._pure(op)
                     )
@@ -813,6 +803,22 @@ class Executable:
         self._batchable = True
         inner = Plan(block, f"device_batched_{m}", keeps_operands=_keeps_operands)
         return batching.BatchedPlan(inner, m, arg_batched, out_batched)
+
+    def _batched_collective(self, op: Operation, w: int, m: int, blocks: list[list[int]]) -> Callable[[Any], Any]:
+        """The kernel of collective ``op`` in thread ``w``'s batched body (a
+        block of ``m`` replicas): the block collective on the stack's rows
+        (:func:`batching.split_kernel`), or, when this one block holds every
+        replica, an all-reduce over them all as one accumulate
+        (:func:`batching.all_reduce_of_rows`)."""
+        general = batching.split_kernel(
+            self._block_collective(op, w, blocks),
+            m,
+            tpu.BATCHED_OPERAND_ATTR in op.attributes,
+            tpu.BATCHED_RESULT_ATTR in op.attributes,
+        )
+        if len(blocks) == 1 and self.world is None:
+            return batching.all_reduce_of_rows(op, m, self.num_replicas, general)
+        return general
 
     def _block_collective(self, op: Operation, w: int, blocks: list[list[int]]) -> Callable[[Any], tuple]:
         """The kernel of collective ``op`` for thread ``w`` of ``blocks``:
