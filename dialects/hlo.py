@@ -1288,12 +1288,15 @@ class DotGeneralOp(PrimitiveOp):
                 lhs_batching_dimensions, rhs_batching_dimensions, lhs_contracting_dimensions, rhs_contracting_dimensions
             ),
             preferred_element_type,
+            bf16_native=True,
         )
 
     @classmethod
     def _contraction(cls, lb, rb, lc, rc) -> Callable[..., Any]:
         """``f(x, y, out=None)``: the contraction in ``x``'s dtype, into
-        ``out`` when given (``np.matmul``'s ``out=``: the same BLAS call)."""
+        ``out`` when given (``np.matmul``'s ``out=``: the same BLAS call);
+        bfloat16 operands give a float32 result (exact products, float32
+        sums: :func:`xtpu.dialects.intra_op.matmul`)."""
         lb, rb, lc, rc = list(lb), list(rb), list(lc), list(rc)
         if not lb and len(lc) == 1 and len(rc) == 1:
             l_c, r_c = lc[0], rc[0]
@@ -1313,6 +1316,8 @@ class DotGeneralOp(PrimitiveOp):
                         return out
                     r = intra_op.matmul(rows, w).reshape(x.shape[:-1] + (w.shape[1],))
                 else:
+                    if x.dtype == B16.BF16:  # numpy's tensordot has no bfloat16 GEMM
+                        x, y = B16.widen(x), B16.widen(y)
                     r = np.tensordot(x, y, axes=([l_c], [r_c]))
                 if out is None:
                     return r
@@ -1355,7 +1360,7 @@ class DotGeneralOp(PrimitiveOp):
         f = cls._contraction(
             lhs_batching_dimensions, rhs_batching_dimensions, lhs_contracting_dimensions, rhs_contracting_dimensions
         )
-        k = accumulate_as(f, preferred_element_type)
+        k = accumulate_as(f, preferred_element_type, bf16_native=True)
 
         def into(out, x, y):
             x, y = np.asarray(x), np.asarray(y)
@@ -1365,9 +1370,9 @@ class DotGeneralOp(PrimitiveOp):
                 # float32 accumulation straight into a float32 result, or
                 # rounded once into a bfloat16 one
                 if out.dtype == _F32:
-                    return f(B16.widen(x), B16.widen(y), out=out)
+                    return f(x, y, out=out)
                 if out.dtype == B16.BF16:
-                    return B16.round_f32(f(B16.widen(x), B16.widen(y)), out=out)
+                    return B16.round_f32(f(x, y), out=out)
             np.copyto(out, k(x, y))
             return out
 
@@ -1451,13 +1456,16 @@ def _widen_to(x, dtype):
     return B16.widen(x) if x.dtype == B16.BF16 and dtype == _F32 else x.astype(dtype)
 
 
-def accumulate_as(fn, result_dtype=None):
+def accumulate_as(fn, result_dtype=None, bf16_native=False):
     """``fn(x, y)``, a contraction, with TPU accumulation: operands of a
     low-precision float dtype (bfloat16, float16) are widened to float32
     (exactly) and the float32 result is rounded once, to nearest even, to
     ``result_dtype`` (the operands' dtype when None); integer operands are
     widened to a wider ``result_dtype`` before the product.  Other dtypes
-    call ``fn`` as it is.  Shared by ``hlo.dot_general`` and the
+    call ``fn`` as it is.  ``bf16_native``: ``fn`` takes bfloat16 operands
+    itself and returns their float32-accumulated product (its matmuls go
+    through :func:`xtpu.dialects.intra_op.matmul`, oneDNN's bfloat16 GEMM),
+    so they are not widened first.  Shared by ``hlo.dot_general`` and the
     convolution kernels."""
     out_dt = None if result_dtype is None else numpy_dtype(result_dtype)
     acc_dt = None if out_dt is None else (_F32 if out_dt in _LOW else out_dt)
@@ -1469,6 +1477,8 @@ def accumulate_as(fn, result_dtype=None):
             out = x.dtype
             acc = _F32 if out in _LOW else out
         if x.dtype == acc and y.dtype == acc:
+            r = fn(x, y)
+        elif bf16_native and acc == _F32 and x.dtype == y.dtype == B16.BF16:
             r = fn(x, y)
         else:
             r = fn(_widen_to(x, acc), _widen_to(y, acc))

@@ -45,6 +45,7 @@ from xdsl.traits import Pure
 
 from xtpu.dialects import intra_op
 from xtpu.dialects import vjp_util as G
+from xtpu.dialects.bfloat16 import BF16
 from xtpu.dialects.hlo import NUMERIC, ReductionKindAttr, accumulate_as, low_precision_in_f32, reduction_ufunc
 from xtpu.dialects.hlo_math import ReverseOp
 from xtpu.dialects.primitive import (
@@ -549,7 +550,7 @@ def conv_numpy(x: np.ndarray, w: np.ndarray, preferred_element_type: str | None 
     (see the module docstring), with ``hlo.dot_general``'s accumulation
     (:func:`xtpu.dialects.hlo.accumulate_as`: bfloat16 / float16 in float32,
     rounded once to the result dtype)."""
-    return accumulate_as(lambda a, b: _conv_im2col(a, b, **params), preferred_element_type)(x, w)
+    return accumulate_as(lambda a, b: _conv_im2col(a, b, **params), preferred_element_type, bf16_native=True)(x, w)
 
 
 def _conv_im2col(
@@ -564,7 +565,8 @@ def _conv_im2col(
     batch_group_count: int,
     **_: Any,
 ) -> np.ndarray:
-    """The convolution computed in ``x``'s dtype (``w``'s is the same)."""
+    """The convolution computed in ``x``'s dtype (``w``'s is the same);
+    bfloat16 operands give a float32 result (:func:`intra_op.matmul`)."""
     dn = dimension_numbers
     nsp = x.ndim - 2
     dtype = x.dtype
@@ -587,7 +589,7 @@ def _conv_im2col(
         out_perm[dn.out[2 + i]] = 1 + i
     canon_shape = (nb, *osz, o)
     if 0 in canon_shape or c == 0 or 0 in ksz:
-        return np.transpose(np.zeros(canon_shape, dtype), out_perm)
+        return np.transpose(np.zeros(canon_shape, np.float32 if dtype == BF16 else dtype), out_perm)
     xp = _pad_view(xc, ((0, 0), *padding, (0, 0)), (1, *lhs_dilation, 1), np.zeros((), dtype))
     dwin = tuple(dilate(k, d) for k, d in zip(ksz, rhs_dilation))
     v = np.lib.stride_tricks.sliding_window_view(xp, dwin, axis=tuple(range(1, nsp + 1)))

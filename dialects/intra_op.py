@@ -28,6 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from xtpu.dialects import bfloat16 as B16
+from xtpu.dialects import onednn
+
 __all__ = ["set_parts", "parts", "matmul"]
 
 #: Below this many multiply-adds (about 0.5 ms on one core) a split costs
@@ -82,18 +85,55 @@ def _slices(size: int, n: int) -> list[slice]:
     return [slice(a, min(a + step, size)) for a in range(0, size, step)]
 
 
+def _matmul_into(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
+    np.matmul(x, y, out=out)
+
+
+def _bf16_into(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
+    """bfloat16 ``x @ y`` (2-D, or 3-D with a batch dimension) into the
+    float32 ``out`` through oneDNN, one GEMM per matrix of the batch."""
+    if x.ndim == 2:
+        if not onednn.gemm(x, y, out):  # pragma: no cover - out is always a slice of a C-contiguous array
+            np.matmul(B16.widen(x), B16.widen(y), out=out)
+        return
+    for i in range(x.shape[0]):
+        _bf16_into(x[i], y[i], out[i])
+
+
 def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(x, y, out=out)`` (2-D, or 3-D with a leading batch
     dimension on both), split over :func:`parts` threads when the product
-    is large enough.  Same shapes, dtypes and errors as ``np.matmul``."""
+    is large enough.  Same shapes, dtypes and errors as ``np.matmul``,
+    except that bfloat16 operands give a float32 product (TPU arithmetic:
+    exact products, float32 sums): through oneDNN's bfloat16 GEMM
+    (:mod:`xtpu.dialects.onednn`) when it is available and each matrix has
+    at least :data:`xtpu.dialects.onednn.MIN_WORK` multiply-adds, else
+    widened to float32 for numpy's BLAS."""
+    kernel = _matmul_into
+    if x.dtype == B16.BF16 and y.dtype == B16.BF16:
+        per_matrix = x.shape[-2] * x.shape[-1] * y.shape[-1]
+        if x.ndim not in (2, 3) or x.ndim != y.ndim or per_matrix < onednn.MIN_WORK or not onednn.available():
+            return matmul(B16.widen(x), B16.widen(y), out=out)
+        if x.ndim == 3 and y.shape[0] != x.shape[0]:
+            raise ValueError(f"matmul: batch dimensions {x.shape[0]} and {y.shape[0]} differ")
+        if y.shape[-2] != x.shape[-1]:
+            raise ValueError(f"matmul: contracting dimensions {x.shape[-1]} and {y.shape[-2]} differ")
+        if out is None:
+            out = np.empty(x.shape[:-1] + (y.shape[-1],), np.float32)
+        elif out.dtype != np.float32 or out.shape != x.shape[:-1] + (y.shape[-1],) or not out.flags.c_contiguous:
+            o = np.empty(x.shape[:-1] + (y.shape[-1],), np.float32)
+            matmul(x, y, out=o)
+            np.copyto(out, o, casting="unsafe")
+            return out
+        kernel = _bf16_into
     n = _parts
     if n <= 1 or x.ndim not in (2, 3) or x.ndim != y.ndim:
-        return np.matmul(x, y, out=out)
+        return _whole(kernel, x, y, out)
     m, k = x.shape[-2], x.shape[-1]
     cols = y.shape[-1]
     batch = x.shape[0] if x.ndim == 3 else 1
     if batch * m * k * cols < MIN_WORK or y.shape[-2] != k or (x.ndim == 3 and y.shape[0] != batch):
-        return np.matmul(x, y, out=out)
+        return _whole(kernel, x, y, out)
     if out is None:
         out = np.empty(x.shape[:-1] + (cols,), dtype=np.result_type(x, y))
     if x.ndim == 3 and batch >= n:
@@ -103,12 +143,12 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.nd
     elif cols >= 2 * n:
         pieces = [(x, y[..., s], out[..., s]) for s in _slices(cols, n)]
     else:
-        return np.matmul(x, y, out=out)
+        return _whole(kernel, x, y, out)
     pool = _executor(n - 1)
-    futures = [pool.submit(np.matmul, a, b, out=o) for a, b, o in pieces[1:]]
+    futures = [pool.submit(kernel, a, b, o) for a, b, o in pieces[1:]]
     try:
         a, b, o = pieces[0]
-        np.matmul(a, b, out=o)
+        kernel(a, b, o)
     finally:
         # A piece no pool thread has started yet (its thread waits for a
         # core another process holds) runs here instead of being waited
@@ -116,7 +156,16 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.nd
         # costs more than the caller doing every piece itself.
         for f, (a, b, o) in zip(futures, pieces[1:]):
             if f.cancel():
-                np.matmul(a, b, out=o)
+                kernel(a, b, o)
             else:
                 f.result()
+    return out
+
+
+def _whole(kernel, x: np.ndarray, y: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """The product in one call of ``kernel`` (numpy's own ``matmul`` for
+    float32 and the other dtypes, errors and all)."""
+    if kernel is _matmul_into:
+        return np.matmul(x, y, out=out)
+    kernel(x, y, out)
     return out
