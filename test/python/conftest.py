@@ -44,3 +44,11 @@ def logdir(tmp_path):
     yield d
     summaries.release(d)  # in case a test left a reopened writer behind
     xtpu.summary.experimental.set_step(None)
+
+
+def pytest_configure(config):
+    # test_transfer_counts.py takes the counts of the tests this session runs
+    # (transfer_counter.InSession) instead of running them again.
+    import transfer_counter
+
+    config.pluginmanager.register(transfer_counter.InSession(), transfer_counter.PLUGIN)

@@ -16,7 +16,11 @@ an install of that commit::
         python -m pytest -q -p transfer_counter -p no:cacheprovider <FILES>
 
 This test runs the same files with the plugin and the current compiler and
-compares, test by test.
+compares, test by test.  When its own session runs every test of those files
+(the whole suite does), it takes their counts from that session instead of
+running them again (``transfer_counter.InSession``, registered by
+conftest.py; it runs this test after them); otherwise it runs them in a
+subprocess.
 """
 
 from __future__ import annotations
@@ -27,38 +31,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import transfer_counter
+from transfer_counter import FILES
+
 HERE = Path(__file__).parent
 BEFORE = HERE.parent / "data" / "outside_compilation_transfers.json"
-FILES = (
-    "test_outside_compilation.py",
-    "test_outside_compilation_bridge.py",
-    "test_host_inline.py",
-    "test_gradients.py",
-    "test_gradients_control_flow.py",
-    "test_gradients_tf_cases.py",
-    "test_control_flow.py",
-    "test_summary.py",
-    "test_api.py",
-    "test_strategy.py",
-    "test_user_hints.py",
-)
 KINDS = ("sends", "receives", "values sent", "values received")
 
 
-def test_no_program_gets_more_transfers(tmp_path):
-    out = tmp_path / "after.json"
-    env = dict(os.environ, XTPU_TRANSFERS_OUT=str(out))
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "transfer_counter", "-p", "no:cacheprovider", *FILES],
-        cwd=HERE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+def test_no_program_gets_more_transfers(tmp_path, request):
+    in_session = request.config.pluginmanager.get_plugin(transfer_counter.PLUGIN)
+    after = in_session.counts() if in_session is not None else None
+    if after is None:  # this session does not run every test of FILES: run them apart
+        after = counts_in_a_subprocess(tmp_path)
     before = json.loads(BEFORE.read_text())
-    after = json.loads(out.read_text())
     assert set(before) <= set(after), f"recorded tests no longer run: {sorted(set(before) - set(after))}"
     # A test added since the recording has no old count to compare with;
     # one that moves nothing between device and host cannot have more.
@@ -70,3 +56,20 @@ def test_no_program_gets_more_transfers(tmp_path):
     # simplifications removed some transfers.
     assert sum(sum(v) for v in after.values()) > 0
     assert sum(sum(v) for v in after.values()) < sum(sum(v) for v in before.values())
+
+
+def counts_in_a_subprocess(tmp_path) -> dict[str, list[int]]:
+    """FILES run by pytest with the ``transfer_counter`` plugin: the counts
+    of their tests."""
+    out = tmp_path / "after.json"
+    env = dict(os.environ, XTPU_TRANSFERS_OUT=str(out))
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "transfer_counter", "-p", "no:cacheprovider", *FILES],
+        cwd=HERE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads(out.read_text())
