@@ -142,15 +142,22 @@ def test_failed_run_leaves_no_temporary_directory(tmp_path, monkeypatch, capsys)
 def test_guide_loop_mixed_bfloat16_within_one_point_of_float32(tmp_path, capsys):
     """Issue 28: the guide's loop in TF's mixed_bfloat16 policy restores bit
     for bit (float32 checkpoints of autocast variables) and reaches the
-    float32 run's held-out accuracy within 1 point."""
+    float32 run's held-out accuracy within 1 point.
+
+    150 steps, restored at step 140, not the example's 300 restored at 150
+    (450 steps per run, 39 s of the suite): by step 150 both runs are past
+    0.98 held-out accuracy (0.981 and 0.983; 0.992 and 0.994 at 300), and a
+    restore that is not bit for bit shows in the losses and weights of the
+    10 steps after it as in 150."""
     accuracy = {}
     for precision in ("float32", "mixed_bfloat16"):
         rc = guide.main(
-            ["--precision", precision, "--log-every", "1000", "--logdir", str(tmp_path / precision / "logs")]
+            ["--precision", precision, "--steps", "150", "--save-at", "140", "--log-every", "1000"]
+            + ["--logdir", str(tmp_path / precision / "logs")]
         )
         out = capsys.readouterr().out
         assert rc == 0, out
-        assert f"the remaining 150 steps match bit for bit ({precision})" in out
+        assert f"the remaining 10 steps match bit for bit ({precision})" in out
         accuracy[precision] = float(re.search(r"held-out accuracy ([0-9.]+)", out).group(1))
         xtpu.dialects.summaries.release(str(tmp_path / precision / "logs"))
     assert accuracy["float32"] >= 0.9
