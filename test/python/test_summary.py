@@ -8,6 +8,8 @@ tensorboardX's CRC, payloads decoded with tensorboardX's ``Event`` protobuf.
 import glob
 import os
 import struct
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -337,23 +339,51 @@ def _open_writer_at_the_barrier(logdir, barrier, errors):
         errors.put(traceback.format_exc())
 
 
-def test_processes_opening_one_logdir_at_once():
-    """MPI ranks open the same logdir at the same moment: tensorboardX's
-    check-then-makedirs raced (FileExistsError on one rank of train_digits)."""
+def _race_for_one_logdir(root, trials=10, processes=6):
+    """``trials`` times, ``processes`` forked processes open one new logdir
+    at once (a barrier); returns the failures (none: an empty list)."""
     import multiprocessing as mp
-    import tempfile
 
+    # Loaded before the forks (as in a rank, or in the suite after the tests
+    # above): tensorboardX and its protobufs, imported by each child, took
+    # 0.5 s of CPU each and spread the children out.
+    xtpu.summary.create_file_writer(os.path.join(root, "warm-up")).close()
     ctx = mp.get_context("fork")
     errors = ctx.Queue()
-    with tempfile.TemporaryDirectory() as root:
-        for trial in range(10):
-            logdir = os.path.join(root, f"run{trial}", "logs")
-            barrier = ctx.Barrier(6)
-            procs = [ctx.Process(target=_open_writer_at_the_barrier, args=(logdir, barrier, errors)) for _ in range(6)]
-            for p in procs:
-                p.start()
-            for p in procs:
-                p.join(60)
-            assert [p.exitcode for p in procs] == [0] * 6
-            assert errors.empty(), errors.get()
-            assert len(os.listdir(logdir)) == 6  # one event file each
+    failures = []
+    for trial in range(trials):
+        logdir = os.path.join(root, f"run{trial}", "logs")
+        barrier = ctx.Barrier(processes)
+        procs = [
+            ctx.Process(target=_open_writer_at_the_barrier, args=(logdir, barrier, errors)) for _ in range(processes)
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        if [p.exitcode for p in procs] != [0] * processes:
+            failures.append(f"trial {trial}: exit codes {[p.exitcode for p in procs]}")
+        while not errors.empty():
+            failures.append(f"trial {trial}: {errors.get()}")
+        if len(os.listdir(logdir)) != processes:  # one event file each
+            failures.append(f"trial {trial}: {sorted(os.listdir(logdir))}")
+    return failures
+
+
+def test_processes_opening_one_logdir_at_once(tmp_path):
+    """MPI ranks open the same logdir at the same moment: tensorboardX's
+    check-then-makedirs raced (FileExistsError on one rank of train_digits).
+
+    The processes fork from a fresh interpreter that imported xtpu (as a
+    rank does), not from the suite's: forked from a process of more than a
+    GB (JAX and every earlier test loaded), each fork took 0.1-0.5 s, and
+    the 60 forks 11-22 s of the suite."""
+    script = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+        "from test_summary import _race_for_one_logdir\n"
+        f"print(repr(_race_for_one_logdir({str(tmp_path)!r})))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
+    assert sorted(os.listdir(tmp_path)) == [f"run{trial}" for trial in range(10)] + ["warm-up"]
