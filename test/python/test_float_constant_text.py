@@ -20,6 +20,7 @@ import xtpu
 from xtpu.dialects import hlo, make_context
 from xtpu.dialects.primitive import array_from_dense, dense_from_array
 from xtpu.dialects.tensor_spec import FLOAT_DTYPES, from_saved, numpy_dtype
+from xtpu.tools import opt, run
 
 BITS = {
     "float32": (
@@ -227,15 +228,18 @@ def run_tool(module, *args, stdin=None):
 @pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_as_text_through_xtpu_opt_and_xtpu_run(dtype, generic, tmp_path):
+    """The tools' mains called here, on files: the text is all that passes
+    from one to the next, as between processes (two interpreters per case
+    were 23 s of the suite; test_reduce_max_through_the_tools and
+    test_cli.py start the commands themselves)."""
     cs = constants(dtype)
     x = np.float32(0)
-    text = xtpu.lower(returns_constants(cs), [[x]]).as_text()
+    (tmp_path / "lowered.mlir").write_text(xtpu.lower(returns_constants(cs), [[x]]).as_text())
     opt_args = ["--print-op-generic"] if generic else []
-    text = run_tool("xtpu.tools.opt", *opt_args, stdin=text)
     src = tmp_path / "m.mlir"
-    src.write_text(text)
+    opt.main([str(tmp_path / "lowered.mlir"), "-o", str(src), *opt_args])
     np.save(tmp_path / "x.npy", x)
-    run_tool("xtpu.tools.run", str(src), "-i", str(tmp_path / "x.npy"), "--save", str(tmp_path / "out.npz"))
+    assert run.main([str(src), "-i", str(tmp_path / "x.npy"), "--save", str(tmp_path / "out.npz")]) == 0
     with np.load(tmp_path / "out.npz") as saved:
         for j, want in enumerate(cs, start=1):
             assert_same_bits(from_saved(saved[f"replica0_output{j}"]), want)
