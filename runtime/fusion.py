@@ -7,10 +7,11 @@ fusion changes is where the values go: a value used only inside the region
 (an intermediate) of more than 64 KB is written through its op's ``out_kernel`` (the same
 ufunc with ``out=``, ``np.copyto`` for a select or a convert, ``np.matmul``
 with ``out=``) into a buffer the kernel keeps from call to call (one set
-per thread: replicas run the same kernel on several threads); buffers are
-assigned by liveness over the body (runtime/buffers.py), so a later value
-of the same shape and dtype reuses one once every value that may share its
-memory is dead.  Ops without an ``out_kernel`` (broadcasts, reductions,
+per thread: replicas run the same kernel on several threads; the regions a
+thread runs share its arrays of each shape and dtype, :class:`_Shared`);
+buffers are assigned by liveness over the body (runtime/buffers.py), so a
+later value of the same shape and dtype reuses one once every value that
+may share its memory is dead.  Ops without an ``out_kernel`` (broadcasts, reductions,
 ``hlo.logistic``, integer division, every arithmetic op on bfloat16 /
 float16, whose kernel computes in float32 and rounds once per op as XLA
 does) call their kernel as the unfused program does.  The region's results
@@ -27,6 +28,7 @@ bits in one pass.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -50,12 +52,48 @@ class _Lines:
         self.ops = ops
 
 
+class _Shared(threading.local):
+    """Each thread's scratch arrays by ``(shape, dtype)``, held weakly: a
+    fused kernel's ``k``-th buffer of a key is the thread's ``k``-th array
+    of that key while any kernel holds it.  A region's intermediates never
+    outlive its call and a thread runs one kernel at a time, so the regions
+    of a step take turns on the same few arrays, which stay in the caches;
+    arrays of their own per region spread a step's intermediates over as
+    many cold buffers as it has regions."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[tuple[tuple[int, ...], Any], list[weakref.ref]] = {}
+
+
+_SHARED = _Shared()
+
+
+def _shared_arrays(keys: list[tuple[tuple[int, ...], Any]]) -> list[np.ndarray]:
+    """The calling thread's arrays for ``keys`` (:class:`_Shared`), made
+    where no live one is left."""
+    registry = _SHARED.arrays
+    rank: dict[Any, int] = {}
+    out = []
+    for key in keys:
+        k = rank[key] = rank.get(key, -1) + 1
+        refs = registry.setdefault(key, [])
+        a = refs[k]() if k < len(refs) else None
+        if a is None:
+            a = np.empty(*key)
+            if k < len(refs):
+                refs[k] = weakref.ref(a)
+            else:
+                refs.append(weakref.ref(a))
+        out.append(a)
+    return out
+
+
 class _Kept(threading.local):
-    """A fused kernel's buffers, one set per thread (made on the thread's
-    first call)."""
+    """A fused kernel's buffers, one set per thread (taken on the thread's
+    first call from the arrays its other kernels use: :class:`_Shared`)."""
 
     def __init__(self, shapes: list[tuple[tuple[int, ...], Any]]) -> None:
-        self.buffers = [np.empty(shape, dtype) for shape, dtype in shapes]
+        self.buffers = _shared_arrays(shapes)
 
 
 def inner_op(frame_or_tb: Any) -> Operation | None:

@@ -180,3 +180,47 @@ def test_fused_program_exports_to_stablehlo_and_runs_on_xla():
     assert "fusion." not in text and "stablehlo.reduce" in text and "stablehlo.tanh" in text
     X.verify(text)
     X.check_against_xtpu(compiled, inputs, text=text)
+
+
+def test_regions_on_one_thread_share_their_scratch_arrays_and_free_them():
+    """Fused kernels take their intermediates' arrays from the thread's
+    (runtime/fusion.py, _Shared): a second kernel's buffer of a shape and
+    dtype is the first's, another thread gets its own, and the arrays go
+    when no kernel holds them; two programs' regions called in turn still
+    give numpy's values."""
+    import gc
+    import threading
+    import weakref
+
+    from xtpu.runtime import fusion
+
+    key, other_key = ((300, 100), np.dtype(np.float32)), ((300, 100), np.dtype(np.float64))
+    first = fusion._shared_arrays([key, key, other_key])
+    second = fusion._shared_arrays([key])
+    assert first[0] is not first[1] and second[0] is first[0]
+    assert first[2].dtype == np.float64 and first[0].shape == (300, 100)
+    box: list = []
+    t = threading.Thread(target=lambda: box.extend(fusion._shared_arrays([key])))
+    t.start()
+    t.join(60)
+    assert box[0] is not first[0] and box[0].shape == (300, 100)
+    refs = [weakref.ref(a) for a in first]
+    del first, second
+    box.clear()
+    gc.collect()
+    assert all(r() is None for r in refs)
+    assert fusion._shared_arrays([key])[0] is not None  # made again
+
+    x = np.linspace(-1, 1, 128 * 256, dtype=np.float32).reshape(128, 256)
+
+    def f(x):
+        return xtpu.math.tanh(x * 2.0 + 1.0) * 3.0 - x
+
+    def g(x):
+        return xtpu.math.exp(x * 0.5 - 1.0) + x * x
+
+    cf, cg = xtpu.lower(f, [[x]]).compile(), xtpu.lower(g, [[x]]).compile()
+    assert "fusion.region" in cf.as_text() and "fusion.region" in cg.as_text()
+    for _ in range(2):
+        np.testing.assert_array_equal(cf([[x]])[0][0], np.tanh(x * np.float32(2) + np.float32(1)) * np.float32(3) - x)
+        np.testing.assert_array_equal(cg([[x]])[0][0], np.exp(x * np.float32(0.5) - np.float32(1)) + x * x)
