@@ -23,7 +23,11 @@ host-only ops, ops with side effects, ops with regions, ops of dynamic
 shape (``hlo.set_dimension_size`` and values of unknown size), host code
 (a ``tpu.outside_compilation`` cluster, a host ``tpu.replicate``, an
 outlined host function), and ops whose operands are all
-constants (the runtime folds those once, runtime/plan.py).  The fused ops
+constants (the runtime folds those once, runtime/plan.py).  Those
+constant-derived ops move to the start of the block first, as MLIR's
+canonicalizer hoists constants, so that a broadcast scalar traced in the
+middle of a chain does not cut it in two (a region reads only values
+defined before it).  The fused ops
 are the same ops, in the same order, on the same values: running a region
 op's body op by op gives the unfused program's bits.
 """
@@ -142,6 +146,24 @@ def fuse_block(block: Block) -> None:
             o.operands and not o.regions and o.has_trait(Pure) and all(v in constant for v in o.operands)
         ):
             constant.update(o.results)
+    moved: set[Operation] = set()
+    hoisted = []
+    for o in ops:
+        if isinstance(o, _CONSTANTS) or (
+            fusible(o) and all(r in constant for r in o.results) and all(v.owner in moved for v in o.operands)
+        ):
+            moved.add(o)
+            hoisted.append(o)
+    if hoisted:
+        first = next((o for o in ops if o not in moved), None)
+        if first is not None:
+            for o in hoisted:
+                if index[o] > index[first]:
+                    o.detach()
+                    block.insert_op_before(o, first)
+            ops = list(block.ops)
+            index.clear()
+            index.update((o, i) for i, o in enumerate(ops))
     for o in ops:
         if not fusible(o) or o.results[0] in dynamic or o.results[0] in constant:
             continue

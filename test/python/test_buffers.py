@@ -331,16 +331,25 @@ def test_in_place_ops_write_over_a_dying_operand_the_block_gives_back():
 
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_a_gather_zeroing_out_of_range_ids_writes_its_output_in_place(replicas):
-    """tf.gather's out-of-range zeros are a select after the gather; the
-    plan writes the select over the gather's array, which is the caller's
-    output: right values with ids out of range, outputs kept across calls
-    untouched, and no array of the output's size made per call."""
+    """tf.gather's out-of-range zeros are a select after the gather.  Fused
+    with the in-range mask (hlo-fuse-elementwise), the gather writes into a
+    buffer the plan keeps and the region's select into the caller's
+    (recycled) output; unfused, the plan writes the select over the
+    gather's array, which is the caller's output.  Either way: right values
+    with ids out of range, outputs kept across calls untouched, and no
+    array of the output's size made per call beyond the output."""
     rng = np.random.default_rng(3)
     table = rng.standard_normal((1000, 64)).astype(np.float32)
     ids = [rng.integers(-50, 1050, 512).astype(np.int32) for _ in range(replicas)]
-    c = xtpu.lower(lambda t, i: xtpu.gather(t, i), [[table, i] for i in ids]).compile()
+    lowered = xtpu.lower(lambda t, i: xtpu.gather(t, i), [[table, i] for i in ids])
+    unfused = lowered.compile(UNFUSED).executable.device_plan
+    assert unfused._op_into, unfused.source
+    c = lowered.compile()
     plan = c.executable.device_plan
-    assert plan._op_into, plan.source
+    (gather,) = [op for op in plan.ops if op.name == "hlo.gather"]
+    region = [op for op in plan.ops if op.name == "fusion.region"]
+    assert plan.slots.slot_of[gather.results[0]] not in plan.slots.recycled, plan.source
+    assert region and plan.slots.slot_of[region[0].results[0]] in plan.slots.recycled, plan.source
 
     def want(i):
         return np.where(((i >= 0) & (i < 1000))[:, None], np.take(table, i, axis=0, mode="clip"), 0)

@@ -146,3 +146,31 @@ func.func @dynamic_print_and_regions(%x: tensor<8xf32>, %n: tensor<i32>, %i0: te
   }
   func.return %b, %w#1 : tensor<8xf32>, tensor<8xf32>
 }
+
+// -----
+
+// A scalar constant broadcast in the middle of a chain (as tracing emits
+// `x * 0.5` after the ops before it) moves to the start of the block with
+// what it is computed from, so the chain is one region reading it; the
+// all-reduce of a constant is not hoisted (only ops that may fuse move).
+// CHECK-LABEL: func @constant_mid_chain
+// CHECK-NEXT:    %c = hlo.constant dense<5.000000e-01> : tensor<f32>
+// CHECK-NEXT:    %h = hlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<4x8xf32>
+// CHECK-NEXT:    %m = fusion.region "loop"(%x, %h) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
+// CHECK-NEXT:    ^bb0(%x_1: tensor<4x8xf32>, %h_1: tensor<4x8xf32>):
+// CHECK-NEXT:      %t = hlo.tanh %x_1 : tensor<4x8xf32>
+// CHECK-NEXT:      %m_1 = hlo.multiply %t, %h_1 : tensor<4x8xf32>
+// CHECK-NEXT:      fusion.yield %m_1 : tensor<4x8xf32>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %r = ccl.all_reduce %m applies add
+// CHECK-NEXT:    %k = ccl.all_reduce %h applies add
+// CHECK-NEXT:    func.return %r, %k
+func.func @constant_mid_chain(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %t = hlo.tanh %x : tensor<4x8xf32>
+  %c = hlo.constant dense<5.000000e-01> : tensor<f32>
+  %h = hlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<4x8xf32>
+  %m = hlo.multiply %t, %h : tensor<4x8xf32>
+  %r = ccl.all_reduce %m applies add groups = dense<0> : tensor<1x1xi64> : tensor<4x8xf32>
+  %k = ccl.all_reduce %h applies add groups = dense<0> : tensor<1x1xi64> : tensor<4x8xf32>
+  func.return %r, %k : tensor<4x8xf32>, tensor<4x8xf32>
+}
