@@ -103,30 +103,38 @@ def apply(op, x, y):
     return x / y
 
 
-@kernel
-def binary_into(op, a, c, out):
-    """out = round(a op c) on bfloat16 bits (uint16): op 0 add, 1
-    subtract, 2 multiply, 3 divide; a or c may hold one element (a
-    broadcast scalar).  Each layout has its own loop, so that LLVM
-    vectorises it."""
-    n = out.size
+#: Elements a kernel computes into a local block before copying it out.
+#: A kernel whose ``out`` is one of its operands (an op written in place,
+#: as the plan's buffers and fused kernels do) would otherwise fail LLVM's
+#: runtime overlap check and run its scalar loop: 10-12x slower (a
+#: bfloat16 multiply of 262K elements 666 against 67 us, a float32 erf
+#: 1263 against 102 us).  The local block never overlaps, so every loop
+#: vectorises, in place or not; it stays in L1.
+BLOCK = 2048
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _binary_block(op, a, c, tmp):
+    """tmp = round(a op c) for one block (a, c: the block's slices or one
+    element); the largest |bits| of the float32 results."""
+    n = tmp.size
     top = U(0)
     if a.size == n and c.size == n:
         for i in range(n):
             b = as_u32(apply(op, up(a[i]), up(c[i])))
-            out[i] = fast(b)
+            tmp[i] = fast(b)
             top = max(top, b & U(0x7FFFFFFF))
     elif a.size == n:
         y = up(c[0])
         for i in range(n):
             b = as_u32(apply(op, up(a[i]), y))
-            out[i] = fast(b)
+            tmp[i] = fast(b)
             top = max(top, b & U(0x7FFFFFFF))
     else:
         x = up(a[0])
         for i in range(n):
             b = as_u32(apply(op, x, up(c[i])))
-            out[i] = fast(b)
+            tmp[i] = fast(b)
             top = max(top, b & U(0x7FFFFFFF))
     if top > U(0x7F800000):
         sa = 1 if a.size == n else 0
@@ -134,7 +142,31 @@ def binary_into(op, a, c, out):
         for i in range(n):
             b = as_u32(apply(op, up(a[i * sa]), up(c[i * sc])))
             if (b & U(0x7FFFFFFF)) > U(0x7F800000):
-                out[i] = nan(b)
+                tmp[i] = nan(b)
+    return top
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _copy(src, dst):
+    for i in range(src.size):
+        dst[i] = src[i]
+
+
+@kernel
+def binary_into(op, a, c, out):
+    """out = round(a op c) on bfloat16 bits (uint16): op 0 add, 1
+    subtract, 2 multiply, 3 divide; a or c may hold one element (a
+    broadcast scalar); out may be a or c.  Each layout has its own loop,
+    so that LLVM vectorises it; a block is written out once it is whole,
+    NaNs mended (out may be an operand)."""
+    n = out.size
+    sa = a.size == n
+    sc = c.size == n
+    tmp = np.empty(min(n, BLOCK), np.uint16)
+    for s in range(0, n, BLOCK):
+        m = min(BLOCK, n - s)
+        _binary_block(op, a[s : s + m] if sa else a[:1], c[s : s + m] if sc else c[:1], tmp[:m])
+        _copy(tmp[:m], out[s : s + m])
 
 
 @kernel
@@ -175,19 +207,40 @@ def erf1(v):
     return (p / q) * v
 
 
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _erf_block(x, tmp):
+    for i in range(x.size):
+        tmp[i] = erf1(x[i])
+
+
 @kernel
 def erf_into(x, out):
-    """out = erf(x), float32[n] both (out may be x)."""
+    """out = erf(x), float32[n] both (out may be x: blocks, BLOCK)."""
+    n = x.size
+    tmp = np.empty(min(n, BLOCK), np.float32)
+    for s in range(0, n, BLOCK):
+        m = min(BLOCK, n - s)
+        _erf_block(x[s : s + m], tmp[:m])
+        _copy(tmp[:m], out[s : s + m])
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _erf_bf16_block(x, tmp):
     for i in range(x.size):
-        out[i] = erf1(x[i])
+        b = as_u32(erf1(up(x[i])))
+        tmp[i] = nan(b) if (b & U(0x7FFFFFFF)) > U(0x7F800000) else fast(b)
 
 
 @kernel
 def erf_bf16_into(x, out):
-    """out = round(erf(widen(x))), bfloat16 bits (uint16) both."""
-    for i in range(x.size):
-        b = as_u32(erf1(up(x[i])))
-        out[i] = nan(b) if (b & U(0x7FFFFFFF)) > U(0x7F800000) else fast(b)
+    """out = round(erf(widen(x))), bfloat16 bits (uint16) both (out may
+    be x: blocks, BLOCK)."""
+    n = x.size
+    tmp = np.empty(min(n, BLOCK), np.uint16)
+    for s in range(0, n, BLOCK):
+        m = min(BLOCK, n - s)
+        _erf_bf16_block(x[s : s + m], tmp[:m])
+        _copy(tmp[:m], out[s : s + m])
 
 
 def compiled_kernels() -> dict[str, Callable[..., Any]]:

@@ -138,6 +138,12 @@ def test_binary_is_ml_dtypes_ufunc(ufunc, numba, monkeypatch):
         c = a.copy()
         B16.binary(ufunc, c, b, out=c)
         _same(c, want, a, b)
+        d = b.copy()  # in place over the second operand, over a scalar's
+        B16.binary(ufunc, a, d, out=d)
+        _same(d, want, a, b)
+        e, nan = a.copy(), np.array(0x7FC0, np.uint16).view(BF16)
+        B16.binary(ufunc, e, nan, out=e)
+        _same(e, _one_op(ufunc, a, nan), a, nan)
         # n-d and transposed operands
         m = a.reshape(256, 256)
         _same(B16.binary(ufunc, m, m.T), _one_op(ufunc, m, m.T), m, m.T)
