@@ -21,7 +21,7 @@ are compiled with numba (LLVM, vectorised) and give the same bits:
   a fused region's ``convert(convert(x, bf16), f32)`` whose bfloat16 value
   nothing else reads (:func:`round_trip_pairs`).
 
-Without numba (not installed, or ``XTPU_NO_NUMBA=1``) the same functions
+Without numba (not installed, or ``XTPU_NO_NUMBA=1`` when xtpu is imported) the same functions
 fall back to ml_dtypes' ``astype`` and numpy's float32 ufuncs: the same
 bits, slower.  test_bfloat16_kernels.py checks both against ml_dtypes on
 every special value, ties, subnormals and random bits.
@@ -80,6 +80,12 @@ def _compile() -> dict[str, Callable[..., Any]]:
     return kernels.compiled_kernels()
 
 
+#: ``XTPU_NO_NUMBA=1`` when xtpu was imported: the ml_dtypes fallback.  Read
+#: once (an ``os.environ`` lookup costs about 1 us, and the kernels ask on
+#: every call: 5 ms a step of the mixed transformer example); tests set
+#: this attribute.
+NO_NUMBA = os.environ.get("XTPU_NO_NUMBA") == "1"
+
 _KERNELS: dict[str, Callable[..., Any]] | None = None  # None: not loaded yet
 _loader: threading.Thread | None = None
 _loader_lock = threading.Lock()
@@ -99,7 +105,7 @@ def load(timeout: float | None = None) -> bool:
     """Start loading the compiled kernels if not started, wait up to
     ``timeout`` seconds (None: until done) and return :func:`compiled`."""
     global _loader
-    if os.environ.get("XTPU_NO_NUMBA") == "1":
+    if NO_NUMBA:
         return False
     with _loader_lock:
         if _KERNELS is None and _loader is None:
@@ -117,7 +123,7 @@ def _get() -> dict[str, Callable[..., Any]]:
     and takes the ml_dtypes fallback (the same bits) until they are in, so
     no op waits for numba (importing it and loading the kernels took 2 s
     here, 5-13 s under load: every ``import xtpu`` paid the import before)."""
-    if os.environ.get("XTPU_NO_NUMBA") == "1":
+    if NO_NUMBA:
         return {}
     k = _KERNELS
     if k is None:
@@ -129,7 +135,7 @@ def _get() -> dict[str, Callable[..., Any]]:
 def compiled() -> bool:
     """Whether the numba kernels are in use now (else the ml_dtypes
     fallback; :func:`load` waits for them)."""
-    return os.environ.get("XTPU_NO_NUMBA") != "1" and bool(_KERNELS)
+    return not NO_NUMBA and bool(_KERNELS)
 
 
 def _forget_loader() -> None:

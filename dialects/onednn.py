@@ -30,7 +30,7 @@ xtpu's own threads by :mod:`xtpu.dialects.intra_op`, as float32's are.
 The library is the ``onednn-cpu-gomp`` wheel's ``libdnnl.so.3`` (a
 dependency on Linux x86-64), found under ``sys.prefix/lib``, the user
 base's ``lib`` or the loader's path, or named by ``$XTPU_ONEDNN_LIBRARY``.
-Without it (another platform, ``XTPU_NO_ONEDNN=1``, a failed load) every
+Without it (another platform, ``XTPU_NO_ONEDNN=1`` when xtpu is imported, a failed load) every
 function here says so and the caller widens: the same semantics, slower.
 """
 
@@ -64,6 +64,11 @@ _gemm = None  # the ctypes function once loaded
 _set_threads = None  # libgomp's omp_set_num_threads
 _tried = False
 _tls = threading.local()
+
+#: ``XTPU_NO_ONEDNN=1`` when xtpu was imported: every product widened for
+#: numpy's BLAS.  Read once (an ``os.environ`` lookup costs about 1 us a
+#: product); tests set this attribute.
+DISABLED = os.environ.get("XTPU_NO_ONEDNN") == "1"
 
 
 def _candidates() -> list[str]:
@@ -103,8 +108,8 @@ def _load() -> None:
 
 def available() -> bool:
     """Whether oneDNN's bfloat16 GEMM is loaded (loading it on the first
-    call: about 6 ms); False with ``XTPU_NO_ONEDNN=1``."""
-    if os.environ.get("XTPU_NO_ONEDNN") == "1":
+    call: about 6 ms); False with ``XTPU_NO_ONEDNN=1`` (:data:`DISABLED`)."""
+    if DISABLED:
         return False
     if not _tried:
         _load()

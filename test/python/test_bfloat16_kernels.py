@@ -87,7 +87,7 @@ def test_kernels_are_compiled():
 @pytest.mark.parametrize("numba", [True, False], ids=["compiled", "fallback"])
 def test_round_f32_is_ml_dtypes_astype(numba, monkeypatch):
     if not numba:
-        monkeypatch.setenv("XTPU_NO_NUMBA", "1")
+        monkeypatch.setattr(B16, "NO_NUMBA", True)
     x = _float32_cases()
     with np.errstate(invalid="ignore"):
         want = _bits16(x.astype(BF16))
@@ -118,7 +118,7 @@ def test_binary_is_ml_dtypes_ufunc(ufunc, numba, monkeypatch):
     once and against ml_dtypes' own bfloat16 ufunc (:func:`_same`: a NaN
     of two NaNs may have either sign)."""
     if not numba:
-        monkeypatch.setenv("XTPU_NO_NUMBA", "1")
+        monkeypatch.setattr(B16, "NO_NUMBA", True)
     a = _bfloat16_cases()
     b = np.random.default_rng(1).permutation(a)
     with np.errstate(all="ignore"):
@@ -275,7 +275,7 @@ def test_round_trip_is_the_two_converts(numba, monkeypatch):
     ml_dtypes' rounding to bfloat16 widened back, on every special value,
     tie, subnormal and random pattern; the fallback too."""
     if not numba:
-        monkeypatch.setenv("XTPU_NO_NUMBA", "1")
+        monkeypatch.setattr(B16, "NO_NUMBA", True)
     x = _float32_cases()
     with np.errstate(invalid="ignore"):
         want = x.astype(BF16).astype(np.float32)

@@ -106,6 +106,6 @@ def test_compiled_erf_has_the_numpy_steps_bits(monkeypatch):
     assert ErfOp.out_kernel(element_dtype="bfloat16")(out, every_bf16) is out
     np.testing.assert_array_equal(out.view(np.uint16), want16)
     np.testing.assert_array_equal(fallback.view(np.uint16), want16.reshape(256, 256)[:, ::2])
-    monkeypatch.setenv("XTPU_NO_NUMBA", "1")
+    monkeypatch.setattr(B16, "NO_NUMBA", True)
     assert B16.erf(bits) is None
     np.testing.assert_array_equal(ErfOp.kernel(element_dtype="bfloat16")(every_bf16).view(np.uint16), want16)
