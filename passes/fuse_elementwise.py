@@ -247,15 +247,6 @@ def _outline(block: Block, members: list[Operation], kind: str) -> None:
     compute = [m for m in members if not isinstance(m, hlo.BroadcastInDimOp | hlo.ConvertOp)] or members
     fused.location = compute[0].location
     block.insert_op_before(fused, members[0])
-    for v in inputs:  # a constant defined after the first member moves before the region
-        p = v.owner
-        if (
-            isinstance(p, _CONSTANTS)
-            and p.parent is block
-            and block.get_operation_index(p) > block.get_operation_index(fused)
-        ):
-            p.detach()
-            block.insert_op_before(p, fused)
     for r, new in zip(outputs, fused.results):
         for use in list(r.uses):
             if use.operation not in inside:
