@@ -191,6 +191,11 @@ def from_saved(arr: np.ndarray) -> np.ndarray:
 
 _TYPES: dict = {}
 _SPECS: dict = {}
+#: ``id(type) -> (type, spec)``: the same, found without hashing the type
+#: (an xDSL attribute hashes its whole contents at each call); the entry
+#: holds the type, so its id is not reused while the entry lives.  Emptied
+#: when full.
+_SPECS_BY_ID: dict[int, tuple] = {}
 
 
 @dataclass(frozen=True)
@@ -230,14 +235,19 @@ class TensorSpec:
     @staticmethod
     def of_type(t: Attribute) -> TensorSpec:
         """The spec of a ranked ``tensor<...>`` type; ValueError otherwise."""
+        known = _SPECS_BY_ID.get(id(t))
+        if known is not None and known[0] is t:
+            return known[1]
         spec = _SPECS.get(t) if isinstance(t, TensorType) else None
-        if spec is not None:
-            return spec
-        if not isinstance(t, TensorType):
-            raise ValueError(f"expected a ranked tensor type, got {t}")
-        spec = TensorSpec(t.get_shape(), dtype_of_element(t.element_type))
-        if len(_SPECS) < 4096:
-            _SPECS[t] = spec
+        if spec is None:
+            if not isinstance(t, TensorType):
+                raise ValueError(f"expected a ranked tensor type, got {t}")
+            spec = TensorSpec(t.get_shape(), dtype_of_element(t.element_type))
+            if len(_SPECS) < 4096:
+                _SPECS[t] = spec
+        if len(_SPECS_BY_ID) >= 4096:
+            _SPECS_BY_ID.clear()  # the types of programs compiled long ago
+        _SPECS_BY_ID[id(t)] = (t, spec)
         return spec
 
     def __str__(self) -> str:

@@ -49,6 +49,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from xtpu.dialects import vjp_util as G
 from xtpu.dialects.infeed import INFEED_OPS
+from xtpu.dialects.ir_walk import isa, walk_ops
 from xtpu.dialects.primitive import (
     GroupsParam,
     IntParam,
@@ -403,10 +404,12 @@ class ReplicateOp(PrimitiveOp):
                 )
             return inside[key]
 
-        for op in self.body.walk():
+        for op in walk_ops(self):
+            if op is self:
+                continue
             for v in op.operands:
                 owner = v.owner
-                block = owner if isinstance(owner, Block) else owner.parent_block()
+                block = owner if isa(owner, Block) else owner.parent_block()
                 if not is_inside(block):
                     raise VerifyException(
                         f"'tpu.replicate' op body uses a value defined outside it (operand of '{op.name}'); "

@@ -18,7 +18,7 @@ cluster that uses it needs nothing from the device and runs in the head.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -108,38 +108,46 @@ def _widens_exactly(x: SSAValue, y: SSAValue) -> bool:
 _IDENTITY_OPS = (MultiplyOp, DivideOp, AddOp, SubtractOp, ConvertOp, ReshapeOp, BroadcastInDimOp, TransposeOp)
 
 
+@functools.cache
+def _identity_kind(cls: type[Operation]) -> type[Operation] | None:
+    """The class of :data:`_IDENTITY_OPS` an op of class ``cls`` is, if any
+    (once per class: ``isinstance`` against xDSL's abstract classes is slow)."""
+    return next((k for k in _IDENTITY_OPS if issubclass(cls, k)), None)
+
+
 def identity_operand(op: Operation, splats: _Splats) -> SSAValue | None:
     """The operand ``op`` equals for every value of it, if an identity
     applies (its type is the result's)."""
-    if not isinstance(op, _IDENTITY_OPS) or len(op.results) != 1:
+    kind = _identity_kind(type(op))
+    if kind is None or len(op.results) != 1:
         return None
     result = op.results[0]
     found: SSAValue | None = None
-    if isinstance(op, MultiplyOp):
+    if kind is MultiplyOp:
         lhs, rhs = op.operands
         found = lhs if splats.is_(rhs, 1) else rhs if splats.is_(lhs, 1) else None
-    elif isinstance(op, DivideOp):
+    elif kind is DivideOp:
         lhs, rhs = op.operands
         found = lhs if splats.is_(rhs, 1) else None
-    elif isinstance(op, AddOp):
+    elif kind is AddOp:
         lhs, rhs = op.operands
         # x + (+0.0) is +0.0 for x = -0.0: only -0.0 is the float identity.
         neg = True if _float(result) else None
         found = lhs if splats.is_(rhs, 0, neg) else rhs if splats.is_(lhs, 0, neg) else None
-    elif isinstance(op, SubtractOp):
+    elif kind is SubtractOp:
         lhs, rhs = op.operands
         found = lhs if splats.is_(rhs, 0, False if _float(result) else None) else None
-    elif isinstance(op, ConvertOp):
+    elif kind is ConvertOp:
         found = op.operands[0]
         inner = found.owner
         if isinstance(inner, ConvertOp) and _widens_exactly(inner.operands[0], found):
             found = inner.operands[0]  # convert(convert(x, wider), x's type) is x (XLA's algsimp)
-    elif isinstance(op, ReshapeOp):
+    elif kind is ReshapeOp:
         found = op.operands[0]
-    elif isinstance(op, BroadcastInDimOp):
+    elif kind is BroadcastInDimOp:
         dims = tuple(op.params()["broadcast_dimensions"])  # type: ignore[attr-defined]
         found = op.operands[0] if dims == tuple(range(len(dims))) else None
-    elif isinstance(op, TransposeOp):
+    elif kind is TransposeOp:
         perm = tuple(op.params()["permutation"])  # type: ignore[attr-defined]
         found = op.operands[0] if perm == tuple(range(len(perm))) else None
     if found is not None and found.type == result.type:
@@ -147,37 +155,16 @@ def identity_operand(op: Operation, splats: _Splats) -> SSAValue | None:
     return None
 
 
-class _Key:
-    """An op's CSE key with its hash computed once (xDSL attributes hash
-    their whole contents at every call; a dict hashes a key at each lookup
-    and insertion)."""
-
-    __slots__ = ("hash", "parts")
-
-    def __init__(self, parts: tuple) -> None:
-        self.parts = parts
-        self.hash = hash(parts)
-
-    def __hash__(self) -> int:
-        return self.hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Key) and self.hash == other.hash and self.parts == other.parts
-
-
-def _key(op: Operation) -> Hashable | None:
-    try:
-        return _Key(
-            (
-                op.name,
-                tuple(op.operands),
-                tuple(sorted(op.properties.items())),
-                tuple(sorted(op.attributes.items())),
-                tuple(r.type for r in op.results),
-            )
-        )
+def _same_form(a: Operation, b: Operation) -> bool:
+    """Whether ``a`` and ``b`` (same name and operands) have equal
+    properties, attributes and result types, all hashable: CSE merges them."""
+    if a.properties != b.properties or a.attributes != b.attributes or a.result_types != b.result_types:
+        return False
+    try:  # an op with an unhashable attribute is never merged
+        hash((tuple(b.properties.values()), tuple(b.attributes.values())))
     except TypeError:
-        return None
+        return False
+    return True
 
 
 @dataclass
@@ -201,12 +188,13 @@ class _Simplifier:
                 continue
             same = identity_operand(op, self.splats)
             if same is None:
-                key = _key(op)
-                if key is None:
-                    continue
-                earlier = seen.get(key)
+                # Ops are bucketed by name and operands (hashing an xDSL
+                # attribute hashes its whole contents), then compared.
+                key = (op.name, tuple(op.operands))
+                bucket = seen.get(key, ())
+                earlier = next((e for e in bucket if _same_form(e, op)), None)
                 if earlier is None:
-                    seen[key] = op
+                    seen[key] = (*bucket, op)
                     continue
                 new = list(earlier.results)
             else:

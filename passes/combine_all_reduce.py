@@ -24,6 +24,7 @@ from xdsl.traits import Pure
 
 from xtpu.dialects import hlo
 from xtpu.dialects.ccl import AllReduceOp
+from xtpu.dialects.ir_walk import isa
 from xtpu.dialects.tensor_spec import NUMERIC_DTYPES, TensorSpec, numpy_dtype
 from xtpu.dialects.tpu import ReplicateOp
 from xtpu.passes._common import enclosing, walk_ops
@@ -230,7 +231,7 @@ class CombineAllReduce(ModulePass):
             raise ValueError(f"threshold-bytes must be positive, got {self.threshold_bytes}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        blocks = {id(ar.parent_block()): ar.parent_block() for ar in walk_ops(op) if isinstance(ar, AllReduceOp)}
+        blocks = {id(ar.parent_block()): ar.parent_block() for ar in walk_ops(op) if isa(ar, AllReduceOp)}
         for block in blocks.values():
             if block is None:
                 continue

@@ -22,6 +22,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from xtpu.dialects.ir_walk import isa
 from xtpu.dialects.tpu import OutsideCompilationOp, ReplicateOp, YieldOp
 from xtpu.passes._common import (
     HostComputable,
@@ -416,9 +417,9 @@ class ExtractHeadTailOutsideCompilation(ModulePass):
     name = "tpu-extract-head-tail-outside-compilation"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        reps = [r for r in walk_ops(op) if isinstance(r, ReplicateOp) and not r.on_host]
+        reps = [r for r in walk_ops(op) if isa(r, ReplicateOp) and not r.on_host]
         computable = HostComputable()
         for rep in reps:
             _extract(rep, computable)
-        for rep in [r for r in walk_ops(op) if isinstance(r, ReplicateOp) and not r.on_host]:
+        for rep in [r for r in walk_ops(op) if isa(r, ReplicateOp) and not r.on_host]:
             _merge_into_producers(rep.body.block, HostComputable())

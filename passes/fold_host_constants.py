@@ -28,6 +28,7 @@ from xdsl.traits import IsTerminator
 
 from xtpu.dialects.hlo import ConstantOp
 from xtpu.dialects.hlo_host import StringConstantOp
+from xtpu.dialects.ir_walk import isa
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.dialects.tpu import OutsideCompilationOp, ReplicateOp, YieldOp
@@ -208,5 +209,5 @@ class FoldHostConstants(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         folder = _Folder({})
-        for rep in [r for r in walk_ops(op) if isinstance(r, ReplicateOp) and not r.on_host]:
+        for rep in [r for r in walk_ops(op) if isa(r, ReplicateOp) and not r.on_host]:
             folder.fold_block(rep.body.block, False)

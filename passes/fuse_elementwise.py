@@ -34,6 +34,7 @@ op's body op by op gives the unfused program's bits.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -59,22 +60,52 @@ FUSIBLE = (
     hlo.ReduceOp,
 )
 _CONSTANTS = (hlo.ConstantOp, hlo.IotaOp)
+_DYNAMIC = tuple(DYNAMIC_SHAPE_OPS)
 
 
 def _static(t) -> bool:
     return isinstance(t, TensorType) and all(d >= 0 for d in t.get_shape()) and not is_string(t)
 
 
+@functools.cache
+def _class_fusible(cls: type[Operation]) -> bool:
+    """The half of :func:`fusible` that holds for every op of ``cls``."""
+    return (
+        issubclass(cls, FUSIBLE)
+        and cls.has_trait(Pure)
+        and not getattr(cls, "HOST_ONLY", False)
+        and not getattr(cls, "SIDE_EFFECTS", False)
+    )
+
+
+@functools.cache
+def _class_pure(cls: type[Operation]) -> bool:
+    return cls.has_trait(Pure)
+
+
+@functools.cache
+def _class_in(cls: type[Operation], classes: tuple[type[Operation], ...]) -> bool:
+    return issubclass(cls, classes)
+
+
 def fusible(op: Operation) -> bool:
     """Whether ``op`` may join a fusion region (module doc)."""
-    cls = type(op)
-    if not isinstance(op, FUSIBLE) or op.regions or not op.has_trait(Pure):
+    return _fusible_in(op, {}) and not in_cluster(op)
+
+
+def _fusible_in(op: Operation, static: dict[int, bool]) -> bool:
+    """:func:`fusible` but for the cluster test; ``static`` caches
+    :func:`_static` by the type's identity (for one module)."""
+    if not _class_fusible(type(op)) or op.regions:
         return False
-    if getattr(cls, "HOST_ONLY", False) or getattr(cls, "SIDE_EFFECTS", False):
-        return False
-    if not all(_static(v.type) for v in (*op.operands, *op.results)):
-        return False
-    return not in_cluster(op)
+    for v in (*op.operands, *op.results):
+        t = v.type
+        s = static.get(id(t))
+        if s is None:
+            s = static[id(t)] = _static(t)
+        if not s:
+            return False
+    return True
 
 
 @dataclass(eq=False)
@@ -110,16 +141,31 @@ def fuse_block(block: Block) -> None:
     """Form the fusion regions of ``block`` in place (module doc): the
     pass on one block (passes/batch_replicas.py runs it on a batched body)."""
     ops = list(block.ops)
+    # The ops of a block are in a cluster when the block is.
+    parent = block.parent_op()
+    static: dict[int, bool] = {}
+    may_fuse = set() if parent is not None and in_cluster(parent) else {o for o in ops if _fusible_in(o, static)}
     index = {o: i for i, o in enumerate(ops)}
     group_of: dict[Operation, _Group] = {}
     groups: list[_Group] = []
+    # Values of a dynamic size (hlo.set_dimension_size's results and what
+    # is computed from them) stay out of fusion.
+    dynamic: set[SSAValue] = set()
+    # Values computed from constants only: the runtime folds them once
+    # (runtime/plan.py), so they stay out of fusion.
+    constant: set[SSAValue] = set()
+    for o in ops:
+        cls = type(o)
+        if _class_in(cls, _DYNAMIC) or (dynamic and any(v in dynamic for v in o.operands)):
+            dynamic.update(o.results)
+        if _class_in(cls, _CONSTANTS) or (
+            o.operands and not o.regions and _class_pure(cls) and all(v in constant for v in o.operands)
+        ):
+            constant.update(o.results)
+    constant_ops = {o for o in ops if _class_in(type(o), _CONSTANTS)}
 
     def producers(o: Operation) -> set[Operation]:
-        return {
-            v.owner
-            for v in o.operands
-            if isinstance(v.owner, Operation) and v.owner in index and not isinstance(v.owner, _CONSTANTS)
-        }
+        return {v.owner for v in o.operands if v.owner in index and v.owner not in constant_ops}
 
     def joined(gs: list[_Group], o: Operation) -> tuple[int, set[Operation]] | None:
         """(first, reads) of ``gs`` and ``o`` as one group, if it is a
@@ -132,25 +178,11 @@ def fuse_block(block: Block) -> None:
             return None
         return first, reads
 
-    # Values of a dynamic size (hlo.set_dimension_size's results and what
-    # is computed from them) stay out of fusion.
-    dynamic: set[SSAValue] = set()
-    for o in ops:
-        if isinstance(o, tuple(DYNAMIC_SHAPE_OPS)) or any(v in dynamic for v in o.operands):
-            dynamic.update(o.results)
-    # Values computed from constants only: the runtime folds them once
-    # (runtime/plan.py), so they stay out of fusion.
-    constant: set[SSAValue] = set()
-    for o in ops:
-        if isinstance(o, _CONSTANTS) or (
-            o.operands and not o.regions and o.has_trait(Pure) and all(v in constant for v in o.operands)
-        ):
-            constant.update(o.results)
     moved: set[Operation] = set()
     hoisted = []
     for o in ops:
-        if isinstance(o, _CONSTANTS) or (
-            fusible(o) and all(r in constant for r in o.results) and all(v.owner in moved for v in o.operands)
+        if o in constant_ops or (
+            o in may_fuse and all(r in constant for r in o.results) and all(v.owner in moved for v in o.operands)
         ):
             moved.add(o)
             hoisted.append(o)
@@ -164,13 +196,15 @@ def fuse_block(block: Block) -> None:
             ops = list(block.ops)
             index.clear()
             index.update((o, i) for i, o in enumerate(ops))
+    if len(may_fuse) < 2:
+        return  # no group of two ops
     for o in ops:
-        if not fusible(o) or o.results[0] in dynamic or o.results[0] in constant:
+        if o not in may_fuse or o.results[0] in dynamic or o.results[0] in constant:
             continue
         cands: list[_Group] = []
         for v in o.operands:
             p = v.owner
-            g = group_of.get(p) if isinstance(p, Operation) else None
+            g = group_of.get(p)  # type: ignore[arg-type]  # a block argument is in no group
             if g is not None and not isinstance(p, hlo.ReduceOp) and g not in cands:
                 cands.append(g)
         chosen: list[_Group] = []

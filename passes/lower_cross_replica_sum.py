@@ -22,6 +22,7 @@ from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import DiagnosticException
 
 from xtpu.dialects.ccl import AllReduceOp
+from xtpu.dialects.ir_walk import isa
 from xtpu.dialects.tpu import (
     CLUSTER_ATTR,
     CrossReplicaSumOp,
@@ -54,7 +55,7 @@ def _plan(module: ModuleOp) -> dict[CrossReplicaSumOp, tuple[Groups, int]]:
     channel = max(used, default=0)
     plan: dict[CrossReplicaSumOp, tuple[Groups, int]] = {}
     for op in walk_ops(module):
-        if not isinstance(op, CrossReplicaSumOp):
+        if not isa(op, CrossReplicaSumOp):
             continue
         where = f"'{op.name}' op{at(op)}"
         cluster = _host_cluster(op)

@@ -29,6 +29,7 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from xtpu.dialects.hlo import ConstantOp
 from xtpu.dialects.hlo_host import StringConstantOp
+from xtpu.dialects.ir_walk import isa
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tpu import OutsideCompilationOp, ReplicateOp, YieldOp
 from xtpu.passes._common import (
@@ -49,7 +50,7 @@ _CONSTANTS = (ConstantOp, StringConstantOp)
 
 
 def _is_constant(op: Operation) -> bool:
-    return isinstance(op, _CONSTANTS)
+    return isa(op, _CONSTANTS)
 
 
 def host_reason(op: Operation) -> str | None:
@@ -59,7 +60,7 @@ def host_reason(op: Operation) -> str | None:
     them into every cluster that uses them, so they never need a cluster of
     their own.
     """
-    if _is_constant(op) or isinstance(op, (OutsideCompilationOp, ReplicateOp)):
+    if _is_constant(op) or isa(op, (OutsideCompilationOp, ReplicateOp)):
         return None
     if op.has_trait(IsTerminator):
         return None
@@ -70,7 +71,7 @@ def host_reason(op: Operation) -> str | None:
         # device cannot hold the string, so the control flow goes to the host
         # whole (its branches or body run there).
         return "its regions use a string value defined outside it"
-    if isinstance(op, PrimitiveOp) and op.HOST_ONLY:
+    if isa(op, PrimitiveOp) and op.HOST_ONLY:
         return "it is a host-only op"
     return None
 
@@ -243,11 +244,11 @@ class MarkOutsideCompilation(ModulePass):
                     )
             return
         if _has_host_op_on_device(op):
-            taken = {c.cluster.data for c in walk_ops(op) if isinstance(c, OutsideCompilationOp)}
+            taken = {c.cluster.data for c in walk_ops(op) if isa(c, OutsideCompilationOp)}
             pattern = WrapHostOps(_ClusterNames(taken))
             PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)
         # Clusters in control flow that moved whole run on the host already.
-        clusters = [c for c in walk_ops(op) if isinstance(c, OutsideCompilationOp)]
+        clusters = [c for c in walk_ops(op) if isa(c, OutsideCompilationOp)]
         outer = [c for c in clusters if enclosing(c, OutsideCompilationOp) is None]
         for cluster in outer:
             dissolve_clusters(cluster)

@@ -30,6 +30,7 @@ from xdsl.passes import ModulePass
 from xdsl.traits import SymbolOpInterface
 from xdsl.utils.exceptions import DiagnosticException
 
+from xtpu.dialects.ir_walk import isa
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.dialects.tpu import (
     CLUSTER_ATTR,
@@ -454,7 +455,7 @@ def _check_clusters(module: ModuleOp) -> list[OutsideCompilationOp]:
     seen: dict[str, OutsideCompilationOp] = {}
     clusters = []
     for op in walk_ops(module):
-        if not isinstance(op, OutsideCompilationOp):
+        if not isa(op, OutsideCompilationOp):
             continue
         outer = enclosing(op, OutsideCompilationOp)
         if outer is not None:
@@ -551,7 +552,7 @@ class OutlineOutsideCompilation(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         clusters = _check_clusters(op)
-        reps = [r for r in walk_ops(op) if isinstance(r, ReplicateOp) and not r.on_host]
+        reps = [r for r in walk_ops(op) if isa(r, ReplicateOp) and not r.on_host]
         computable = HostComputable()
         plans = _analyze(clusters, computable)
         held_of = {c: plans[c].held for c in clusters}

@@ -46,6 +46,7 @@ from xtpu.dialects.hlo_window import ConvolutionOp, conv_params
 from xtpu.dialects.host_variables import HostVariableUpdateOp
 from xtpu.dialects.infeed import InfeedDequeueTupleOp
 from xtpu.dialects.ir_text import op_position
+from xtpu.dialects.ir_walk import isa, walk_ops
 from xtpu.dialects.sharding import Sharding, ShardingAttr
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.runtime import batching, blas_budget, heap, infeed, sequential
@@ -1284,8 +1285,8 @@ def _uses_blas(replicate: Operation) -> bool:
     thread count blas_budget sets for a run): a ``dot_general``, a
     ``convolution`` or a linear-algebra op (dialects/hlo_linalg.py)."""
     return any(
-        isinstance(op, (hlo.DotGeneralOp, ConvolutionOp)) or type(op).__module__ == hlo_linalg.__name__
-        for op in replicate.walk()
+        isa(op, (hlo.DotGeneralOp, ConvolutionOp)) or type(op).__module__ == hlo_linalg.__name__
+        for op in walk_ops(replicate)
     )
 
 
@@ -1294,11 +1295,11 @@ def _has_large_matmul(replicate: Operation) -> bool:
     least :data:`intra_op.MIN_WORK` multiply-adds (its result's elements
     times the size contracted for each: the contracting dimensions; the
     kernel's elements per output feature)."""
-    for op in replicate.walk():
-        if isinstance(op, hlo.DotGeneralOp):
+    for op in walk_ops(replicate):
+        if isa(op, hlo.DotGeneralOp):
             lhs = TensorSpec.of_type(op.operands[0].type).shape
             k = int(np.prod([lhs[d] for d in op.params()["lhs_contracting_dimensions"]], dtype=np.int64))
-        elif isinstance(op, ConvolutionOp):
+        elif isa(op, ConvolutionOp):
             rhs = TensorSpec.of_type(op.operands[1].type).shape
             dn = conv_params(len(rhs), **op.params())["dimension_numbers"]
             k = int(np.prod(rhs, dtype=np.int64)) // max(1, rhs[dn.rhs[0]])

@@ -63,6 +63,7 @@ from xdsl.ir import Operation
 from xtpu.dialects import ccl, tpu
 from xtpu.dialects.hlo import DotGeneralOp
 from xtpu.dialects.infeed import InfeedDequeueTupleOp
+from xtpu.dialects.ir_walk import isa, walk_ops
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.runtime import communicator as _comm
 from xtpu.runtime.plan import CONSTANT_OPS
@@ -116,12 +117,12 @@ def ineligible(body: Operation, num_cores: int, has_host: bool) -> str | None:
         return "its replicas are split over logical cores"
     if has_host:
         return "it has outside-compilation clusters"
-    for op in body.walk():
+    for op in walk_ops(body):
         if op is body:
             continue
-        if isinstance(op, (tpu.SendToHostOp, tpu.RecvFromHostOp, InfeedDequeueTupleOp)):
+        if isa(op, (tpu.SendToHostOp, tpu.RecvFromHostOp, InfeedDequeueTupleOp)):
             return f"it has '{op.name}'"
-        if isinstance(op, COLLECTIVES):
+        if isa(op, COLLECTIVES):
             parent = op.parent_op()
             while parent is not None and parent is not body:
                 if not hasattr(type(parent), "together_kernel"):
@@ -146,8 +147,8 @@ def work(body: Operation) -> tuple[float, float]:
     of one replica of ``body``: every op once (a loop body counts once),
     collectives and constants not counted (both modes run them alike)."""
     flops = elements = 0.0
-    for op in body.walk():
-        if op is body or isinstance(op, COLLECTIVES + CONSTANT_OPS) or op.regions:
+    for op in walk_ops(body):
+        if op is body or isa(op, COLLECTIVES + CONSTANT_OPS) or op.regions:
             continue
         sizes = []
         for r in op.results:
@@ -155,7 +156,7 @@ def work(body: Operation) -> tuple[float, float]:
                 sizes.append(float(np.prod(TensorSpec.of_type(r.type).shape, dtype=np.float64)))
             except Exception:  # a non-tensor result (a token): no work
                 continue
-        if isinstance(op, DotGeneralOp):
+        if isa(op, DotGeneralOp):
             x = TensorSpec.of_type(op.operands[0].type).shape
             k = np.prod([x[d] for d in op.params()["lhs_contracting_dimensions"]], dtype=np.float64)
             flops += 2.0 * sum(sizes) * float(k)
@@ -168,7 +169,7 @@ def collectives_in_regions(body: Operation) -> bool:
     """Whether a collective of ``body`` sits inside an ``hlo.if`` /
     ``hlo.while``: then the replicas run all in one thread or each in its
     own, because every replica's predicate decides the region."""
-    return any(isinstance(op, COLLECTIVES) and op.parent_op() is not body for op in body.walk())
+    return any(isa(op, COLLECTIVES) and op.parent_op() is not body for op in walk_ops(body))
 
 
 def preferred_threads(body: Operation, replicas: int, cores: int) -> int:
