@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from xdsl.dialects.builtin import StringAttr, TensorType
-from xdsl.ir import Dialect
+from xdsl.ir import Dialect, ErasedSSAValue, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -43,7 +43,7 @@ from xdsl.irdl import (
 from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from xtpu.dialects.primitive import PrimitiveOp
+from xtpu.dialects.primitive import PrimitiveOp, verified_by_form
 
 __all__ = ["FUSION", "FUSION_KINDS", "FusionRegionOp", "FusionYieldOp"]
 
@@ -55,7 +55,8 @@ class _FusionOp(PrimitiveOp):
     """The fusion ops are ``PrimitiveOp`` for the registries that list every
     op (docs, gradient kinds) but verify their bodies themselves: the
     verification memo of ``PrimitiveOp`` keys on operand and result types,
-    which do not determine a body."""
+    which do not determine a body (``fusion.region`` has its own memo,
+    :func:`_region_form`)."""
 
     #: Formed after differentiation, on the program the runtime runs.
     NOT_DIFFERENTIABLE: ClassVar = True
@@ -66,6 +67,81 @@ class _FusionOp(PrimitiveOp):
     @classmethod
     def infer(cls, specs, **_):
         return []
+
+
+_VERIFIED_REGIONS: dict[tuple, tuple] = {}
+"""The forms of the ``fusion.region`` ops that verified (:func:`_region_form`),
+each with the types it names by identity (which keeps them, and so their
+ids, alive).  Emptied when full."""
+
+
+def _region_form(op: FusionRegionOp) -> tuple | None:
+    """All that verifying ``op`` with its body reads, as a key: its class,
+    properties and attributes (by value), its operand, result and block
+    argument types (by identity: tracing shares equal ones), and per body op
+    its class, properties, attributes, result types and operands (by their
+    position in the body), the ``fusion.yield`` last.  None when the body
+    holds an op with regions or successors, reads a value it does not
+    define (a full verification reports those) or holds an op whose verifier
+    may read more than its form (only ``PrimitiveOp`` forms that
+    :func:`~xtpu.dialects.primitive.verified_by_form` and the closing
+    ``fusion.yield``, whose parent is the region), or the region op ends its
+    block (whether it may is its parent's business)."""
+    if (
+        op.next_op is None
+        or op.successors
+        or len(op.regions) != 1
+        or len(op.body.blocks) != 1
+        or any(isinstance(v, ErasedSSAValue) for v in op.operands)
+    ):
+        return None
+    block = op.body.block
+    types = [*(v.type for v in op.operands), *(r.type for r in op.results), *(a.type for a in block.args)]
+    parts: list = [
+        type(op),
+        len(op.operands),
+        len(op.results),
+        tuple(op.properties.items()),
+        tuple(op.attributes.items()),
+    ]
+    where: dict[SSAValue, int] = {a: n for n, a in enumerate(block.args)}
+    last = block.last_op
+    for o in block.ops:
+        if o.regions or o.successors:
+            return None
+        if not (
+            isinstance(o, FusionYieldOp) if o is last else isinstance(o, PrimitiveOp) and verified_by_form(type(o))
+        ):
+            return None  # a verifier that may read more than the op's form
+        try:
+            operands = tuple(where[v] for v in o.operands)
+        except KeyError:  # defined outside the body, or erased
+            return None
+        parts.append((type(o), operands, tuple(o.properties.items()), tuple(o.attributes.items()), len(o.results)))
+        for r in o.results:
+            where[r] = len(where)
+            types.append(r.type)
+    form = (*parts, *map(id, types))
+    try:
+        hash(form)
+    except TypeError:
+        return None
+    return form, types
+
+
+def _verify_region(op: FusionRegionOp, verify_nested_ops: bool) -> None:
+    """``op.verify()``, once per form of region (:func:`_region_form`):
+    regions of one form verify alike, as ``PrimitiveOp``'s ops of one form
+    do; a program compiled again, or one whose layers repeat, verifies its
+    regions' forms once."""
+    got = _region_form(op) if verify_nested_ops else None
+    if got is not None and got[0] in _VERIFIED_REGIONS:
+        return
+    IRDLOperation.verify(op, verify_nested_ops)
+    if got is not None:
+        if len(_VERIFIED_REGIONS) >= 4096:
+            _VERIFIED_REGIONS.clear()
+        _VERIFIED_REGIONS[got[0]] = tuple(got[1])
 
 
 @irdl_op_definition
@@ -99,6 +175,9 @@ class FusionRegionOp(_FusionOp):
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove(), Pure())
     assembly_format = "$kind `(` $inputs `)` `:` functional-type($inputs, $outputs) $body attr-dict"
+
+    def verify(self, verify_nested_ops: bool = True) -> None:
+        _verify_region(self, verify_nested_ops)
 
     def verify_(self) -> None:
         if self.kind.data not in FUSION_KINDS:

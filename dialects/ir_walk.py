@@ -3,8 +3,8 @@
 xDSL's ``Operation.walk`` nests a generator per op, region and block, and
 ``isinstance`` against an op class goes through ``abc`` (xDSL's ops are
 abstract base classes): about 0.4 us a test.  A compile walks a program
-several times and tests each op against a few classes, so these two are
-a visible part of it.
+several times and tests each op against a few classes (or asks for a trait,
+a loop over the class's traits), so these are a visible part of it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from xdsl.ir import Operation
 
-__all__ = ["isa", "walk_ops"]
+__all__ = ["has_trait", "isa", "walk_ops"]
 
 
 def walk_ops(op: Operation) -> Iterator[Operation]:
@@ -41,3 +41,14 @@ def isa(op: object, classes: type | tuple[type, ...]) -> bool:
     """``isinstance(op, classes)``, decided once per class of ``op`` (and
     ``classes``, a class or a tuple of them)."""
     return _subclass(type(op), classes)
+
+
+@functools.cache
+def _class_has_trait(cls: type[Operation], trait: type) -> bool:
+    return cls.has_trait(trait)
+
+
+def has_trait(op: Operation, trait: type) -> bool:
+    """``op.has_trait(trait)`` for a trait class (traits are the class's),
+    decided once per class of ``op``."""
+    return _class_has_trait(type(op), trait)

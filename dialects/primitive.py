@@ -397,10 +397,7 @@ class PrimitiveOp(IRDLOperation):
         terminator).  Tracing builds thousands of ops of a few forms; each
         form's shape rule then runs once per process, not once per op."""
         cls = type(self)
-        by_types = _VERIFIED_BY_TYPES.get(cls)
-        if by_types is None:
-            by_types = _VERIFIED_BY_TYPES[cls] = _verified_by_types(cls)
-        if not by_types or self.regions or self.successors:
+        if not verified_by_form(cls) or self.regions or self.successors:
             return super().verify(verify_nested_ops)
         props, attrs = self.properties, self.attributes
         operands = self.operands
@@ -474,6 +471,16 @@ _MEMO_DATA_MAX = 1024
 """Ops holding larger ``dense<...>`` data are verified each time, so the
 memo keeps no large constant alive."""
 _VERIFIED_BY_TYPES: dict[type, bool] = {}
+
+
+def verified_by_form(cls: type) -> bool:
+    """Whether an op of ``cls`` (a ``PrimitiveOp``) that is not the last of
+    its block verifies as every op of its form does: equal types,
+    properties and attributes (:meth:`PrimitiveOp.verify`'s memo)."""
+    by_types = _VERIFIED_BY_TYPES.get(cls)
+    if by_types is None:
+        by_types = _VERIFIED_BY_TYPES[cls] = _verified_by_types(cls)
+    return by_types
 
 
 def _verified_by_types(cls: type) -> bool:

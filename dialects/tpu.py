@@ -327,10 +327,11 @@ class ReplicateOp(PrimitiveOp):
 
         term = self.body.block.last_op
         in_sh = shardings("tpu.input_shardings", k, "arguments")
+        inputs, outputs = self.replicated_inputs, self.outputs  # each a segment of the operands (computed)
         for i, arg in enumerate(self.body.block.args):
-            t0 = self.replicated_inputs[i * n].type
+            t0 = inputs[i * n].type
             for r in range(n):
-                t = self.replicated_inputs[i * n + r].type
+                t = inputs[i * n + r].type
                 if t != (arg.type if in_sh is None else t0):
                     raise VerifyException(
                         f"'tpu.replicate' op input {i} of replica {r} has type {t}, "
@@ -345,15 +346,15 @@ class ReplicateOp(PrimitiveOp):
         if not isinstance(term, YieldOp):
             raise VerifyException("'tpu.replicate' op body must end with tpu.yield")
         m = len(term.values)
-        if len(self.outputs) != m * n:
+        if len(outputs) != m * n:
             raise VerifyException(
-                f"'tpu.replicate' op has {len(self.outputs)} results, expected {m} outputs x {n} replicas = {m * n}"
+                f"'tpu.replicate' op has {len(outputs)} results, expected {m} outputs x {n} replicas = {m * n}"
             )
         out_sh = shardings("tpu.output_shardings", m, "yielded values")
         for j, v in enumerate(term.values):
-            t0 = self.outputs[j * n].type
+            t0 = outputs[j * n].type
             for r in range(n):
-                t = self.outputs[j * n + r].type
+                t = outputs[j * n + r].type
                 if t != (v.type if out_sh is None else t0):
                     raise VerifyException(
                         f"'tpu.replicate' op result {j * n + r} has type {t}, "
@@ -379,13 +380,18 @@ class ReplicateOp(PrimitiveOp):
         inside it (each worker runs the body on its own inputs)."""
         from xdsl.ir import Block
 
+        checked: set[int] = set()  # types by identity (tracing shares equal ones)
+
         def check(t, what: str) -> None:
+            if id(t) in checked:
+                return
             try:
                 spec = TensorSpec.of_type(t)
             except ValueError as e:
                 raise VerifyException(f"'tpu.replicate' op {what} has type {t}: {e}") from None
             if any(d < 0 for d in spec.shape):
                 raise VerifyException(f"'tpu.replicate' op {what} has type {t}; the runtime needs static shapes")
+            checked.add(id(t))
 
         for i, v in enumerate(self.replicated_inputs):
             check(v.type, f"operand {i}")

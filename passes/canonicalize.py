@@ -38,6 +38,7 @@ from xtpu.dialects.hlo import (
     SubtractOp,
     TransposeOp,
 )
+from xtpu.dialects.ir_walk import isa
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.dialects.tpu import OutsideCompilationOp
 from xtpu.passes._common import has_side_effects, walk_ops
@@ -57,9 +58,9 @@ class _Splats:
         """The element of ``v`` when ``v`` is a splat constant, also through
         ``broadcast_in_dim`` / ``reshape`` of one (a 0-d array), else None."""
         op = v.owner
-        while isinstance(op, (BroadcastInDimOp, ReshapeOp)):
+        while isa(op, (BroadcastInDimOp, ReshapeOp)):
             op = op.operands[0].owner
-        if not isinstance(op, ConstantOp):
+        if not isa(op, ConstantOp):
             return None
         if op not in self._of:
             self._of[op] = _splat_of(op)
@@ -176,7 +177,7 @@ class _Simplifier:
         pure ops that dominate it, on the same side (device or host)."""
         seen = dict(seen)
         for op in list(block.ops):
-            if isinstance(op, OutsideCompilationOp):
+            if isa(op, OutsideCompilationOp):
                 self.block(op.body.block, {})  # host code: its own scope
                 continue
             if op.regions:
@@ -213,7 +214,7 @@ def _may_raise(op: Operation) -> bool:
 def _dead(op: Operation) -> bool:
     if not op.results or any(r.uses for r in op.results):
         return False
-    if isinstance(op, OutsideCompilationOp) or (op.regions and op.dialect_name() == "hlo"):
+    if isa(op, OutsideCompilationOp) or (op.regions and op.dialect_name() == "hlo"):
         return not has_side_effects(op) and not _may_raise(op)
     return pure(op) and not _may_raise(op)
 

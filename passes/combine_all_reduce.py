@@ -24,7 +24,7 @@ from xdsl.traits import Pure
 
 from xtpu.dialects import hlo
 from xtpu.dialects.ccl import AllReduceOp
-from xtpu.dialects.ir_walk import isa
+from xtpu.dialects.ir_walk import has_trait, isa
 from xtpu.dialects.tensor_spec import NUMERIC_DTYPES, TensorSpec, numpy_dtype
 from xtpu.dialects.tpu import ReplicateOp
 from xtpu.passes._common import enclosing, walk_ops
@@ -70,7 +70,7 @@ def _operand_owners(op: Operation) -> list[Operation]:
         for inner in op.walk():
             if inner is not op:
                 values.extend(inner.operands)
-    return [v.owner for v in values if isinstance(v.owner, Operation)]
+    return [v.owner for v in values if isa(v.owner, Operation)]
 
 
 @dataclass
@@ -101,10 +101,10 @@ class _BlockPlan:
             d = 0
             for owner in _operand_owners(op):
                 d |= deps.get(owner, 0)
-            spec = all_reduce_spec(op) if isinstance(op, AllReduceOp) else None
+            spec = all_reduce_spec(op) if isa(op, AllReduceOp) else None
             if spec is None:
                 deps[op] = d
-                if not op.has_trait(Pure):
+                if not has_trait(op, Pure):
                     # A side effect (a host channel, a collective of another
                     # kind that is not pure): nothing moves across it.
                     for g in list(open_groups.values()):

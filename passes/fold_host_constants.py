@@ -137,7 +137,7 @@ class _Folder:
         operands = [v.owner for v in op.operands]
         block.erase_op(op)
         for o in operands:
-            if isinstance(o, _CONSTANTS) and not o.results[0].uses and o.parent is not None:
+            if isa(o, _CONSTANTS) and not o.results[0].uses and o.parent is not None:
                 o.parent.erase_op(o)  # type: ignore[union-attr]
         self.folded += 1
         return True
@@ -146,14 +146,14 @@ class _Folder:
         for op in list(block.ops):
             if op.parent is not block:
                 continue  # erased as a dead operand
-            if isinstance(op, OutsideCompilationOp):
+            if isa(op, OutsideCompilationOp):
                 self.fold_block(op.body.block, True)
                 _dissolve_if_constant(op)
             elif op.regions:
                 for region in op.regions:
                     for inner in region.blocks:
                         self.fold_block(inner, host)
-            elif host or (isinstance(op, PrimitiveOp) and type(op).HOST_ONLY):
+            elif host or (isa(op, PrimitiveOp) and type(op).HOST_ONLY):
                 self.fold_op(op)
 
 

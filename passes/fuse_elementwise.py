@@ -46,6 +46,7 @@ from xdsl.traits import Pure
 from xtpu.dialects import hlo
 from xtpu.dialects.dynamic_shapes import DYNAMIC_SHAPE_OPS
 from xtpu.dialects.fusion import FusionRegionOp, FusionYieldOp
+from xtpu.dialects.ir_walk import isa
 from xtpu.dialects.tpu import host_context
 from xtpu.passes._common import in_cluster, is_string, walk_ops
 
@@ -81,11 +82,6 @@ def _class_fusible(cls: type[Operation]) -> bool:
 @functools.cache
 def _class_pure(cls: type[Operation]) -> bool:
     return cls.has_trait(Pure)
-
-
-@functools.cache
-def _class_in(cls: type[Operation], classes: tuple[type[Operation], ...]) -> bool:
-    return issubclass(cls, classes)
 
 
 def fusible(op: Operation) -> bool:
@@ -128,7 +124,9 @@ class FuseElementwise(ModulePass):
     name = "hlo-fuse-elementwise"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        blocks = [b for o in walk_ops(op) if not isinstance(o, FusionRegionOp) for r in o.regions for b in r.blocks]
+        blocks = [
+            b for o in walk_ops(op) if o.regions and not isa(o, FusionRegionOp) for r in o.regions for b in r.blocks
+        ]
         for block in blocks:
             # Host code (clusters, host replicates, outlined host functions)
             # is left op by op: it runs a few small ops, some of them inline
@@ -156,13 +154,13 @@ def fuse_block(block: Block) -> None:
     constant: set[SSAValue] = set()
     for o in ops:
         cls = type(o)
-        if _class_in(cls, _DYNAMIC) or (dynamic and any(v in dynamic for v in o.operands)):
+        if isa(o, _DYNAMIC) or (dynamic and any(v in dynamic for v in o.operands)):
             dynamic.update(o.results)
-        if _class_in(cls, _CONSTANTS) or (
+        if isa(o, _CONSTANTS) or (
             o.operands and not o.regions and _class_pure(cls) and all(v in constant for v in o.operands)
         ):
             constant.update(o.results)
-    constant_ops = {o for o in ops if _class_in(type(o), _CONSTANTS)}
+    constant_ops = {o for o in ops if isa(o, _CONSTANTS)}
 
     def producers(o: Operation) -> set[Operation]:
         return {v.owner for v in o.operands if v.owner in index and v.owner not in constant_ops}
@@ -205,7 +203,7 @@ def fuse_block(block: Block) -> None:
         for v in o.operands:
             p = v.owner
             g = group_of.get(p)  # type: ignore[arg-type]  # a block argument is in no group
-            if g is not None and not isinstance(p, hlo.ReduceOp) and g not in cands:
+            if g is not None and not isa(p, hlo.ReduceOp) and g not in cands:
                 cands.append(g)
         chosen: list[_Group] = []
         got = joined(cands, o) if cands else None
@@ -231,7 +229,7 @@ def fuse_block(block: Block) -> None:
                 groups.remove(other)
             g.members.append(o)
             g.first, g.reads = got
-        g.reduces |= isinstance(o, hlo.ReduceOp)
+        g.reduces |= isa(o, hlo.ReduceOp)
         group_of[o] = g
     for g in groups:
         _drop_trailing_broadcasts(g)
@@ -249,7 +247,7 @@ def _drop_trailing_broadcasts(g: _Group) -> None:
         changed = False
         inside = set(g.members)
         for m in list(g.members):
-            if isinstance(m, hlo.BroadcastInDimOp) and all(u.operation not in inside for u in m.results[0].uses):
+            if isa(m, hlo.BroadcastInDimOp) and all(u.operation not in inside for u in m.results[0].uses):
                 g.members.remove(m)
                 changed = True
 
@@ -258,11 +256,11 @@ def _outline(block: Block, members: list[Operation], kind: str) -> None:
     """Replace ``members`` (in block order) by one ``fusion.region`` put
     where the first was."""
     inside = set(members)
-    inputs: list[SSAValue] = []
+    inputs: dict[SSAValue, None] = {}  # in order, once each
     for m in members:
         for v in m.operands:
-            if v.owner not in inside and v not in inputs:
-                inputs.append(v)
+            if v.owner not in inside:
+                inputs.setdefault(v)
     outputs = [r for m in members for r in m.results if any(u.operation not in inside for u in r.uses)]
     if not outputs:  # dead ops: left as they are
         return
@@ -273,12 +271,12 @@ def _outline(block: Block, members: list[Operation], kind: str) -> None:
     # against the op's definition: a third of this pass's time); the
     # module is verified after the pipeline.
     fused = FusionRegionOp.create(
-        operands=inputs,
+        operands=list(inputs),
         result_types=[r.type for r in outputs],
         properties={"kind": StringAttr(kind)},
         regions=[Region(body)],
     )
-    compute = [m for m in members if not isinstance(m, hlo.BroadcastInDimOp | hlo.ConvertOp)] or members
+    compute = [m for m in members if not isa(m, (hlo.BroadcastInDimOp, hlo.ConvertOp))] or members
     fused.location = compute[0].location
     block.insert_op_before(fused, members[0])
     for r, new in zip(outputs, fused.results):

@@ -29,7 +29,7 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from xtpu.dialects.hlo import ConstantOp
 from xtpu.dialects.hlo_host import StringConstantOp
-from xtpu.dialects.ir_walk import isa
+from xtpu.dialects.ir_walk import has_trait, isa
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tpu import OutsideCompilationOp, ReplicateOp, YieldOp
 from xtpu.passes._common import (
@@ -62,7 +62,7 @@ def host_reason(op: Operation) -> str | None:
     """
     if _is_constant(op) or isa(op, (OutsideCompilationOp, ReplicateOp)):
         return None
-    if op.has_trait(IsTerminator):
+    if has_trait(op, IsTerminator):
         return None
     if has_string_values(op):
         return "it has string values"

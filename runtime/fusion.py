@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -139,28 +140,66 @@ def writes_results(op: FusionRegionOp) -> list[bool]:
     return [isinstance(v.owner, Operation) and _out_kernel(v.owner) is not None for v in term.operands]
 
 
-def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | None = None) -> Callable[..., Any]:
-    """The kernel of ``op``: takes the region's operands, returns its result
-    (a tuple of them when there are several); ``kernel_of(inner)`` gives an
-    inner op's kernel (default: its ``PrimitiveOp.kernel``).  Called with
-    ``_outs`` (one array or None per result), it writes the results it can
-    (:func:`writes_results`) into those arrays."""
-    block = op.body.block
-    ops = [o for o in block.ops if o is not block.last_op]
-    yielded = list(block.last_op.operands)
+@dataclass(frozen=True)
+class _Recipe:
+    """What a region's kernel is made of, the same for every region of one
+    form (:func:`_form`): the source, the positions (in the body) of the ops
+    it runs, which of them run as a bfloat16 round trip, the kept buffers'
+    keys and the body op of each line."""
+
+    source: str
+    runs: tuple[int, ...]
+    round_trips: frozenset[int]
+    writes: tuple[bool, ...]
+    buffer_keys: list[tuple[tuple[int, ...], Any]]
+    line_op: dict[int, int]
+
+
+#: Recipes by form, for the regions of every program this process compiles
+#: (compiling a program again, or one whose layers repeat, finds its
+#: regions' recipes here).  Emptied when full.
+_RECIPES: dict[tuple, _Recipe] = {}
+
+
+def _form(ops: list[Operation], yielded: list[SSAValue], args: Sequence[SSAValue]) -> tuple | None:
+    """A region body's form, by value: per op its class, parameters, operands
+    (by position) and result shapes and dtypes, then the yielded values;
+    None when a parameter is not hashable."""
+    where: dict[SSAValue, tuple[int, int]] = {a: (-1, n) for n, a in enumerate(args)}
+    parts: list[Any] = [tuple(value_key(a) for a in args)]
+    for i, o in enumerate(ops):
+        params = o.params() if isinstance(o, PrimitiveOp) else {}
+        parts.append(
+            (
+                type(o),
+                tuple(params.items()),
+                tuple(where[v] for v in o.operands),
+                tuple(value_key(r) for r in o.results),
+            )
+        )
+        for k, r in enumerate(o.results):
+            where[r] = (i, k)
+    parts.append(tuple(where[v] for v in yielded))
+    form = tuple(parts)
+    try:
+        hash(form)
+    except TypeError:
+        return None
+    return form
+
+
+def _recipe(ops: list[Operation], yielded: list[SSAValue], args: Sequence[SSAValue]) -> _Recipe:
+    """The kernel of a body (:func:`fused_kernel`), worked out."""
+    position = {o: i for i, o in enumerate(ops)}
     # float32 -> bfloat16 -> float32 with nothing else reading the bfloat16
     # value: one pass of the second convert on the first's operand.
     pairs = B16.round_trip_pairs(ops, set(yielded))
     widened = set(pairs.values())  # the first converts: they run inside their pair's pass
     ops = [o for o in ops if o not in widened]
     operands = {o: [pairs[o].operands[0]] if o in pairs else list(o.operands) for o in ops}
-    kernels: list[Any] = []
     for o in ops:
         if not isinstance(o, PrimitiveOp):
             raise NotImplementedError(f"the runtime cannot execute '{o.name}' in a fusion.region")
-        kernels.append(
-            B16.round_trip if o in pairs else kernel_of(o) if kernel_of is not None else type(o).kernel(**o.params())
-        )
     outk = [_round_trip_into if o in pairs else _out_kernel(o) for o in ops]
     steps = [
         (operands[o], list(o.results), [value_key(r) for r in o.results], k is not None, _in_place(o, pairs))
@@ -168,31 +207,30 @@ def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | Non
     ]
     slots = assign(steps, set(yielded))  # values of 64 KB or less: the kernel itself
 
-    names: dict[SSAValue, str] = {a: f"a{n}" for n, a in enumerate(block.args)}
+    names: dict[SSAValue, str] = {a: f"a{n}" for n, a in enumerate(args)}
     yield_pos = {v: k for k, v in enumerate(yielded)}
     lines: list[str] = []
-    line_op: dict[int, Operation] = {}
+    line_op: dict[int, int] = {}
     for i, o in enumerate(ops):
         r = o.results[0]
-        args = ", ".join(names[a] for a in operands[o])
+        arg_text = ", ".join(names[a] for a in operands[o])
         name = names[r] = f"v{i}"
         s = slots.slot_of.get(r)
-        line_op[len(lines) + 1] = o  # + the head's lines, below
+        line_op[len(lines) + 1] = position[o]  # + the head's lines, below
         if s is not None:
-            lines.append(f"    {name} = o{i}(b{s}, {args})")
+            lines.append(f"    {name} = o{i}(b{s}, {arg_text})")
         elif outk[i] is not None and r in yield_pos:
             k = yield_pos[r]
             lines.append(
-                f"    {name} = k{i}({args}) if _outs is None or _outs[{k}] is None else o{i}(_outs[{k}], {args})"
+                f"    {name} = k{i}({arg_text}) if _outs is None or _outs[{k}] is None else o{i}(_outs[{k}], {arg_text})"
             )
         else:
-            lines.append(f"    {name} = k{i}({args})")
+            lines.append(f"    {name} = k{i}({arg_text})")
     rets = [names[v] for v in yielded]
-    head = [f"def fused({''.join(names[a] + ', ' for a in block.args)}_outs=None):"]
+    head = [f"def fused({''.join(names[a] + ', ' for a in args)}_outs=None):"]
     if len(slots):
         head.append("    " + "".join(f"b{s}, " for s in range(len(slots))) + "= _kept.buffers")
     body = head + lines
-    by_line = _Lines({n + len(head): o for n, o in line_op.items()})
     body.append(
         "    return None"
         if not rets
@@ -200,11 +238,46 @@ def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | Non
         if len(rets) == 1
         else f"    return ({', '.join(rets)},)"
     )
-    source = "\n".join(body) + "\n"
+    return _Recipe(
+        source="\n".join(body) + "\n",
+        runs=tuple(position[o] for o in ops),
+        round_trips=frozenset(position[o] for o in pairs),
+        writes=tuple(k is not None for k in outk),
+        buffer_keys=list(slots.keys),
+        line_op={n + len(head): p for n, p in line_op.items()},
+    )
 
-    namespace: dict[str, Any] = {f"k{i}": k for i, k in enumerate(kernels)}
-    namespace.update({f"o{i}": k for i, k in enumerate(outk) if k is not None})
-    namespace.update(_kept=_Kept(slots.keys))
-    fused = codegen.define(source, "fusion", "fused", namespace, by_line)
-    fused.source = source
+
+def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | None = None) -> Callable[..., Any]:
+    """The kernel of ``op``: takes the region's operands, returns its result
+    (a tuple of them when there are several); ``kernel_of(inner)`` gives an
+    inner op's kernel (default: its ``PrimitiveOp.kernel``).  Called with
+    ``_outs`` (one array or None per result), it writes the results it can
+    (:func:`writes_results`) into those arrays.  Regions of one form share
+    the work of making their kernels' code (:data:`_RECIPES`)."""
+    block = op.body.block
+    ops = [o for o in block.ops if o is not block.last_op]
+    yielded = list(block.last_op.operands)
+    form = _form(ops, yielded, block.args)
+    recipe = _RECIPES.get(form) if form is not None else None
+    if recipe is None:
+        recipe = _recipe(ops, yielded, block.args)
+        if form is not None:
+            if len(_RECIPES) >= 1024:
+                _RECIPES.clear()
+            _RECIPES[form] = recipe
+    namespace: dict[str, Any] = {}
+    for i, p in enumerate(recipe.runs):
+        o = ops[p]
+        if p in recipe.round_trips:
+            namespace[f"k{i}"] = B16.round_trip
+            namespace[f"o{i}"] = _round_trip_into
+            continue
+        namespace[f"k{i}"] = kernel_of(o) if kernel_of is not None else type(o).kernel(**o.params())
+        if recipe.writes[i]:
+            namespace[f"o{i}"] = _out_kernel(o)
+    namespace.update(_kept=_Kept(recipe.buffer_keys))
+    by_line = _Lines({n: ops[p] for n, p in recipe.line_op.items()})
+    fused = codegen.define(recipe.source, "fusion", "fused", namespace, by_line)
+    fused.source = recipe.source
     return fused
