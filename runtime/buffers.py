@@ -37,13 +37,14 @@ abandoned mid-kernel may still write into the old ones).
 
 from __future__ import annotations
 
+import mmap
 import sys
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MIN_BYTES", "RECYCLED_ARRAYS", "Buffers", "Slots", "assign", "recycled"]
+__all__ = ["MIN_BYTES", "RECYCLED_ARRAYS", "Buffers", "Slots", "assign", "kept_array", "recycled"]
 
 #: Values this small are left to their kernels and malloc (its bins reuse
 #: them without faults; numpy's scalar arithmetic is faster than ``out=``
@@ -166,6 +167,40 @@ def assign(
     return out
 
 
+#: Kept arrays this big get transparent huge pages where the kernel gives
+#: them on request (numpy asks the same for its own arrays of 4 MB or more).
+HUGE_PAGE_BYTES = 1 << 22
+
+
+def kept_array(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A new, uninitialised array of ``shape`` and ``dtype`` for a buffer
+    kept from call to call (:class:`Buffers`, recycled outputs, fused
+    kernels' scratch): of :data:`MIN_BYTES` or more, in an anonymous
+    mapping of its own rather than malloc's heap.
+
+    ``np.empty`` takes arrays under 16 MB from malloc's heap
+    (runtime/heap.py), and a worker thread's heap is a glibc arena of at
+    most 64 MB.  Kept buffers made on a worker filled its arena, and the
+    step's short-lived arrays (results of ops without an ``out_kernel``,
+    collectives' results) then went to a second heap that glibc made and
+    unmapped again every step: the 8-replica transformer block step of
+    ``benchmarks/transformer_block.py`` took 3,100-6,900 page faults a step
+    in about half of its processes (the other half 2-3).  With the kept
+    arrays in mappings of their own, 2-3 in every process.  Page aligned;
+    huge pages requested from :data:`HUGE_PAGE_BYTES` as numpy does."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if n < MIN_BYTES:
+        return np.empty(shape, dt)
+    m = mmap.mmap(-1, n)
+    if n >= HUGE_PAGE_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
+        m.madvise(mmap.MADV_HUGEPAGE)
+    # The array itself (not a reshaped view of a 1-d one) has the mapping
+    # as its base, so views of it keep *it* as their base, as they do for an
+    # array owning its memory: recycled() counts them as its references.
+    return np.ndarray(shape, dt, buffer=m)
+
+
 class Buffers:
     """One worker's arrays for the slots of a plan, kept from call to call.
 
@@ -189,10 +224,10 @@ class Buffers:
     def renew(self) -> None:
         """New arrays (the old ones stay with whoever still writes them:
         a worker a failed run left behind)."""
-        shared = [np.empty(shape, dtype) for shape, dtype in self.keys[self.private :]]
+        shared = [kept_array(shape, dtype) for shape, dtype in self.keys[self.private :]]
         self.arrays = [
             [
-                [] if s in self.recycled else np.empty(shape, dtype)
+                [] if s in self.recycled else kept_array(shape, dtype)
                 for s, (shape, dtype) in enumerate(self.keys[: self.private])
             ]
             + shared
@@ -265,7 +300,8 @@ def recycled(pool: list, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     for k, busy in enumerate(_refcounts(pool)):
         if busy <= _FREE:
             return pool[k]
-    new = np.empty(shape, dtype)
-    if len(pool) < RECYCLED_ARRAYS:
-        pool.append(new)
+    if len(pool) >= RECYCLED_ARRAYS:
+        return np.empty(shape, dtype)  # the caller's, not kept
+    new = kept_array(shape, dtype)
+    pool.append(new)
     return new

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import mmap
 import threading
 import time
 import weakref
@@ -1144,12 +1145,18 @@ def _root(a: np.ndarray) -> Any:
     return a
 
 
+#: Owners of memory that no other object owns: an array owning its data,
+#: or an anonymous mapping (a kept buffer's, runtime/buffers.py, which a
+#: training loop feeds back as an input).
+_OWNERS = (np.ndarray, mmap.mmap)
+
+
 def _input_roots(inputs: list[np.ndarray]) -> set[int] | None:
-    """Ids of the arrays owning the inputs' memory, or None when an input
+    """Ids of the objects owning the inputs' memory, or None when an input
     views a foreign buffer (then :func:`_detached` compares with each input).
     0-d inputs too: a caller's 0-d array is as writable as any other."""
     roots = [_root(i) for i in inputs]
-    if not all(isinstance(r, np.ndarray) for r in roots):
+    if not all(isinstance(r, _OWNERS) for r in roots):
         return None
     return {id(r) for r in roots}
 
@@ -1171,7 +1178,7 @@ def _detached(x: Any, inputs: list[np.ndarray], roots: set[int] | None = None) -
     # argument, a 0-d one too): the caller's array must not come back as an
     # output.
     root = _root(a)
-    if roots is not None and isinstance(root, np.ndarray):
+    if roots is not None and isinstance(root, _OWNERS):
         return a.copy() if id(root) in roots else a
     if a.base is None and not any(a is i for i in inputs):
         return a

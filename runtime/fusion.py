@@ -41,7 +41,7 @@ from xtpu.dialects.fusion import FusionRegionOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.runtime import codegen
-from xtpu.runtime.buffers import assign
+from xtpu.runtime.buffers import assign, kept_array
 
 __all__ = ["fused_kernel", "inner_op", "value_key", "writes_results"]
 
@@ -80,7 +80,7 @@ def _shared_arrays(keys: list[tuple[tuple[int, ...], Any]]) -> list[np.ndarray]:
         refs = registry.setdefault(key, [])
         a = refs[k]() if k < len(refs) else None
         if a is None:
-            a = np.empty(*key)
+            a = kept_array(*key)
             if k < len(refs):
                 refs[k] = weakref.ref(a)
             else:

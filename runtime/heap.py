@@ -13,11 +13,18 @@ malloc is what no op can write into a given array (results of ops without
 an ``out_kernel``, collectives' results, values under 64 KB).
 
 :func:`keep_heap` lets malloc serve those arrays up to 16 MB from its heap,
-once per process, when xtpu first builds an executable;
-``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` in the
-environment (glibc's own settings) leave malloc as the user set it.  The
-trim threshold is glibc's (xtpu set it to 64 MB before buffer planning so
-that a freed step's heap was not given back).  No-op off glibc.
+once per process, when xtpu first builds an executable, and keeps up to
+32 MB of free memory at a heap's top instead of giving it back: the pair
+glibc's own adjustment sets (a threshold that grows to ``t`` makes the trim
+threshold ``2 t``), which a fixed ``M_MMAP_THRESHOLD`` turns off, leaving
+the trim threshold at 128 KB.  The step's planned buffers are not in the
+heap (runtime/buffers.py's ``kept_array``), so what sits at a heap's top
+between calls is the short-lived arrays of the last call: given back at
+128 KB, the 8-replica transformer block step of
+``benchmarks/transformer_block.py`` faulted them in again every step,
+3,000-3,300 faults; kept, 2-4.  ``MALLOC_MMAP_THRESHOLD_`` or
+``MALLOC_TRIM_THRESHOLD_`` in the environment (glibc's own settings) leave
+malloc as the user set it.  No-op off glibc.
 """
 
 from __future__ import annotations
@@ -27,13 +34,18 @@ import os
 __all__ = ["keep_heap"]
 
 # glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+
+#: Arrays up to this size come from malloc's heap.
+MMAP_THRESHOLD = 16 << 20
 
 _done = False
 
 
 def keep_heap() -> None:
-    """Serve arrays up to 16 MB from the heap (module doc); once per process."""
+    """Serve arrays up to 16 MB from the heap and keep twice that free at
+    its top (module doc); once per process."""
     global _done
     if _done:
         return
@@ -46,4 +58,5 @@ def keep_heap() -> None:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return
-    mallopt(_M_MMAP_THRESHOLD, 16 << 20)
+    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    mallopt(_M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD)
