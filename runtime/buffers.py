@@ -187,12 +187,18 @@ def kept_array(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     ``benchmarks/transformer_block.py`` took 3,100-6,900 page faults a step
     in about half of its processes (the other half 2-3).  With the kept
     arrays in mappings of their own, 2-3 in every process.  Page aligned;
-    huge pages requested from :data:`HUGE_PAGE_BYTES` as numpy does."""
+    huge pages requested from :data:`HUGE_PAGE_BYTES` as numpy does.
+    Raises MemoryError (numpy's message) when the mapping cannot be made."""
     dt = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
     if n < MIN_BYTES:
         return np.empty(shape, dt)
-    m = mmap.mmap(-1, n)
+    try:
+        m = mmap.mmap(-1, n)
+    except OSError as e:  # ENOMEM: numpy's own error for an array that does not fit
+        raise MemoryError(
+            f"Unable to allocate {n / 2**20:.1f} MiB for an array with shape {tuple(shape)} and data type {dt}"
+        ) from e
     if n >= HUGE_PAGE_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
         m.madvise(mmap.MADV_HUGEPAGE)
     # The array itself (not a reshaped view of a 1-d one) has the mapping
