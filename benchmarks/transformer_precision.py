@@ -1,6 +1,6 @@
 """How much of the transformer's float32 / mixed_bfloat16 perplexity gap is
 bfloat16 and how much is the run (issue 28):
-``python benchmarks/transformer_precision.py [--seeds 0 1 2 3 4] [--steps 300] [--perturbations 0]``.
+``python benchmarks/transformer_precision.py [--seeds 0 1 2 3 4] [--steps 1000] [--perturbations 0]``.
 
 Two measurements of ``examples/train_transformer.py`` (its model, data and
 defaults):
@@ -20,12 +20,18 @@ defaults):
   without the rounding of its gradient;
 * **the trained perplexity**, per seed: float32; float32 started from the
   bfloat16 rounding of its initial weights (every step float32: what one
-  rounding of the start alone does to the end); mixed_bfloat16.  With
-  ``--perturbations K``, each of those again from K random perturbations of
-  the initial weights of bfloat16's size (each weight times ``1 +- 2**-9``),
-  for the spread of the 300-step figure.
+  rounding of the start alone does to the end); mixed_bfloat16; and the
+  held-out perplexity of float32 and mixed_bfloat16 every 100 steps, with
+  mixed_bfloat16's change against float32 (the learning curves: the gap
+  closes as the figure levels off).  With ``--perturbations K``, float32
+  and mixed_bfloat16 again from K random perturbations of the initial
+  weights of bfloat16's size (each weight times ``1 +- 2**-9``), for the
+  spread of the figure.
 
-Each run takes about half a minute on this machine (2 cores).
+``--steps`` defaults to the example's default (``DEFAULT_STEPS``, 1000);
+each run of it takes 1-2 min on this machine (2 cores, shared), the whole
+benchmark over 5 seeds about half an hour.  ``--steps 300`` gives the
+figures of the example's former default.
 """
 
 from __future__ import annotations
@@ -65,18 +71,24 @@ def perturbed(params: dict[str, np.ndarray], how: str) -> dict[str, np.ndarray]:
     return params
 
 
-def train(seed: int, steps: int, precision: str, how: str = "") -> tuple[float, dict[str, np.ndarray]]:
-    """The example's run; returns its final held-out perplexity and weights."""
+def train(seed: int, steps: int, precision: str, how: str = "") -> tuple[float, dict[str, np.ndarray], list[float]]:
+    """The example's run; returns its final held-out perplexity, its
+    weights and its held-out perplexity every 100 steps."""
     init, sample, kept = tt.init_params, tt.sample, {}
     tt.init_params = lambda *a, **k: perturbed(init(*a, **k), how)
     tt.sample = lambda data, params, *a, **k: kept.update(params) or ""
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
-            tt.main(["--seed", str(seed), "--steps", str(steps), "--precision", precision, "--sample", "0"])
+            tt.main(
+                ["--seed", str(seed), "--steps", str(steps), "--precision", precision, "--sample", "0"]
+                + ["--eval-every", "100"]
+            )
     finally:
         tt.init_params, tt.sample = init, sample
-    return float(re.findall(r"^held-out perplexity ([0-9.]+)", out.getvalue(), re.M)[-1]), kept
+    text = out.getvalue()
+    curve = [float(v) for v in re.findall(r"^step \d+: .*held-out perplexity ([0-9.]+)", text, re.M)]
+    return float(re.findall(r"^held-out perplexity ([0-9.]+)", text, re.M)[-1]), kept, curve
 
 
 def _strategy_variables(params, precision):
@@ -218,12 +230,12 @@ def gradient_error(params, data, label: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=tt.DEFAULT_STEPS)
     ap.add_argument("--perturbations", type=int, default=0, help="runs per seed from perturbed initial weights")
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.2f}; {args.steps} steps")
     data = tt.Data(tt.load_text())
-    ppl0, trained = train(0, args.steps, "float32")
+    ppl0, trained, curve0 = train(0, args.steps, "float32")
     gradient_error(tt.init_params(data.vocab, SEQ, DIM, LAYERS, 0), data, "seed 0, initial weights")
     gradient_error(trained, data, f"seed 0, float32's weights after {args.steps} steps")
     configs = [("float32", "float32", ""), ("float32 from bf16-rounded start", "float32", "bf16")]
@@ -231,11 +243,26 @@ def main(argv=None) -> int:
     print("held-out perplexity after training (change against float32 of the same seed):")
     start = time.perf_counter()
     columns: dict[str, list[float]] = {label: [] for label, _, _ in configs}
+    worst: dict[int, float] = {}  # step -> the largest |mixed / float32 - 1| over the seeds
     for seed in args.seeds:
+        curves = {}
         for label, precision, how in configs:
             first = seed == 0 and how == "" and precision == "float32"
-            columns[label].append(ppl0 if first else train(seed, args.steps, precision, how)[0])
+            ppl, _, curves[label] = (ppl0, None, curve0) if first else train(seed, args.steps, precision, how)
+            columns[label].append(ppl)
         base = columns["float32"][-1]
+        gaps = [m / f - 1 for f, m in zip(curves["float32"], curves["mixed_bfloat16"])]
+        for i, gap in enumerate(gaps):
+            step = min(100 * (i + 1), args.steps)
+            worst[step] = max(worst.get(step, 0.0), abs(gap))
+        print(
+            f"seed {seed}, every 100 steps, float32 / mixed_bfloat16: "
+            + ", ".join(
+                f"{f:.2f} / {m:.2f} ({100 * g:+.1f}%)"
+                for f, m, g in zip(curves["float32"], curves["mixed_bfloat16"], gaps)
+            ),
+            flush=True,
+        )
         print(
             f"seed {seed}: float32 {base:.2f}; "
             + "; ".join(
@@ -260,6 +287,10 @@ def main(argv=None) -> int:
             for label, m in means.items()
             if label != "float32"
         )
+    )
+    print(
+        "largest |mixed_bfloat16 / float32 - 1| over the seeds, by step: "
+        + ", ".join(f"{step} {100 * g:.1f}%" for step, g in sorted(worst.items()))
     )
     print(f"({time.perf_counter() - start:.0f} s)")
     return 0
