@@ -22,7 +22,7 @@ from xdsl.traits import IsTerminator
 from xdsl.utils.exceptions import DiagnosticException
 
 from xtpu.dialects.fusion import FusionRegionOp
-from xtpu.dialects.ir_walk import walk_ops
+from xtpu.dialects.ir_walk import isa, walk_ops
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import StringType
 from xtpu.dialects.tpu import CLUSTER_ATTR, OutsideCompilationOp, ReplicaIdOp, ReplicateOp, YieldOp
@@ -66,9 +66,9 @@ def at(op: Operation) -> str:
 
 def is_string(t: Attribute) -> bool:
     """Whether ``t`` is a tensor of ``!hlo.string`` (or the element type itself)."""
-    if isinstance(t, TensorType):
+    if isa(t, TensorType):
         t = t.element_type
-    return isinstance(t, StringType)
+    return isa(t, StringType)
 
 
 def has_string_values(op: Operation) -> bool:

@@ -65,7 +65,7 @@ _DYNAMIC = tuple(DYNAMIC_SHAPE_OPS)
 
 
 def _static(t) -> bool:
-    return isinstance(t, TensorType) and all(d >= 0 for d in t.get_shape()) and not is_string(t)
+    return isa(t, TensorType) and all(d >= 0 for d in t.get_shape()) and not is_string(t)
 
 
 @functools.cache
@@ -278,7 +278,6 @@ def _outline(block: Block, members: list[Operation], kind: str) -> None:
     )
     compute = [m for m in members if not isa(m, (hlo.BroadcastInDimOp, hlo.ConvertOp))] or members
     fused.location = compute[0].location
-    block.insert_op_before(fused, members[0])
     for r, new in zip(outputs, fused.results):
         for use in list(r.uses):
             if use.operation not in inside:
@@ -286,7 +285,10 @@ def _outline(block: Block, members: list[Operation], kind: str) -> None:
         if r.name_hint:
             new.name_hint = r.name_hint
     # The members move into the body as they are (no clones): their
-    # operands from outside become the body's arguments.
+    # operands from outside become the body's arguments.  The body is
+    # filled before the region op joins the block (xDSL checks each op
+    # added against the block's ancestors).
+    before = members[0].prev_op
     mapping: dict[SSAValue, SSAValue] = dict(zip(inputs, body.args))
     for m in members:
         m.detach()
@@ -296,3 +298,9 @@ def _outline(block: Block, members: list[Operation], kind: str) -> None:
                 m.operands[i] = arg
         body.add_op(m)
     body.add_op(FusionYieldOp.create(operands=outputs))
+    if before is not None:
+        block.insert_op_after(fused, before)
+    elif block.first_op is not None:
+        block.insert_op_before(fused, block.first_op)
+    else:
+        block.add_op(fused)

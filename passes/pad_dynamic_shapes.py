@@ -81,6 +81,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from xtpu.dialects import autodiff, hlo, hlo_control, tpu
 from xtpu.dialects.dynamic_shapes import SIZE_DTYPE, GetDimensionSizeOp, RealDynamicSliceOp, SetDimensionSizeOp
 from xtpu.dialects.hlo_indexing import GatherOp, ScatterOp, VariadicReduceOp
+from xtpu.dialects.ir_walk import isa, walk_ops
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec
 from xtpu.passes._common import at
@@ -696,7 +697,7 @@ class PadDynamicShapes(ModulePass):
     name = "tpu-pad-dynamic-shapes"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        sets = [o for o in op.walk() if isinstance(o, (SetDimensionSizeOp, GetDimensionSizeOp))]
+        sets = [o for o in walk_ops(op) if isa(o, (SetDimensionSizeOp, GetDimensionSizeOp))]
         if not sets:
             return
         padder = _Padder()

@@ -37,6 +37,7 @@ abandoned mid-kernel may still write into the old ones).
 
 from __future__ import annotations
 
+import math
 import mmap
 import sys
 from collections.abc import Callable, Hashable, Sequence
@@ -110,7 +111,7 @@ def assign(
 
     def big(key: Key) -> bool:
         shape, dtype = key
-        return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize > min_bytes
+        return math.prod(shape) * np.dtype(dtype).itemsize > min_bytes
 
     given = {v for v, i in last.items() if i >= INF} | set(escaping)
     if donate:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import mmap
 import threading
 import time
@@ -147,13 +148,13 @@ class Executable:
             for o in reps
             if o.on_host
         }
-        for o in self.replicate.body.walk() if self.replicate is not None else ():
-            if isinstance(o, tpu.OutsideCompilationOp):
+        for o in walk_ops(self.replicate) if self.replicate is not None else ():
+            if isa(o, tpu.OutsideCompilationOp):
                 raise ValueError(
                     f"tpu.outside_compilation cluster '{o.cluster.data}' was not outlined; "
                     "run tpu-outline-outside-compilation first"
                 )
-            if isinstance(o, tpu.CrossReplicaSumOp):
+            if isa(o, tpu.CrossReplicaSumOp):
                 raise ValueError("tpu.cross_replica_sum was not lowered; run tpu-lower-cross-replica-sum first")
         self.num_cores = self.replicate.num_cores if self.replicate is not None else 1
         self._outputs_per_replica = (
@@ -1135,7 +1136,7 @@ def _keeps_operands(op: Operation) -> bool:
     """Whether ``op``'s kernel may hold its operands past its return (a
     collective, a host transfer, a region op holding one): its operands get
     no planned buffer (runtime/buffers.py)."""
-    return _needs_runtime(type(op)) or any(_needs_runtime(type(o)) for r in op.regions for o in r.walk())
+    return _needs_runtime(type(op)) or any(_needs_runtime(type(o)) for o in walk_ops(op) if o is not op)
 
 
 def _root(a: np.ndarray) -> Any:
@@ -1305,13 +1306,13 @@ def _has_large_matmul(replicate: Operation) -> bool:
     for op in walk_ops(replicate):
         if isa(op, hlo.DotGeneralOp):
             lhs = TensorSpec.of_type(op.operands[0].type).shape
-            k = int(np.prod([lhs[d] for d in op.params()["lhs_contracting_dimensions"]], dtype=np.int64))
+            k = math.prod(lhs[d] for d in op.params()["lhs_contracting_dimensions"])
         elif isa(op, ConvolutionOp):
             rhs = TensorSpec.of_type(op.operands[1].type).shape
             dn = conv_params(len(rhs), **op.params())["dimension_numbers"]
             k = int(np.prod(rhs, dtype=np.int64)) // max(1, rhs[dn.rhs[0]])
         else:
             continue
-        if k * int(np.prod(TensorSpec.of_type(op.results[0].type).shape, dtype=np.int64)) >= intra_op.MIN_WORK:
+        if k * TensorSpec.of_type(op.results[0].type).size >= intra_op.MIN_WORK:
             return True
     return False

@@ -23,6 +23,7 @@ from xdsl.traits import IsTerminator, Pure
 from xtpu.dialects.fusion import FusionRegionOp
 from xtpu.dialects.hlo import ConstantOp, IotaOp
 from xtpu.dialects.hlo_host import StringConstantOp
+from xtpu.dialects.ir_walk import isa
 from xtpu.dialects.locations import format_location
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
@@ -72,9 +73,9 @@ def form_key(op: Operation) -> tuple:
 
 def pure_kernel(op: Operation) -> Callable[..., Any]:
     """The numpy kernel of an op from its one definition (PrimitiveOp.kernel)."""
-    if isinstance(op, FusionRegionOp):
+    if isa(op, FusionRegionOp):
         return fused_kernel(op)
-    if not isinstance(op, PrimitiveOp):
+    if not isa(op, PrimitiveOp):
         raise NotImplementedError(f"the runtime cannot execute '{op.name}'")
     return type(op).kernel(**op.params())
 
@@ -175,7 +176,7 @@ class Plan:
                         f"'{op.name}' uses a value defined outside its block; "
                         "the runtime runs blocks that are closed over their arguments"
                     )
-            if isinstance(op, CONSTANT_OPS) and len(op.results) == 1:
+            if isa(op, CONSTANT_OPS) and len(op.results) == 1:
                 # Its value is K[i]: uses read k{i}, no line of its own.
                 names[op.results[0]] = f"k{i}"
                 constant_of[op.results[0]] = i
@@ -195,7 +196,7 @@ class Plan:
             if self.sequences:  # emitted below, a segment at a time
                 entries.append((i, outs, args, together_op))
                 continue
-            if isinstance(op, CONSTANT_OPS):
+            if isa(op, CONSTANT_OPS):
                 call = f"k{i}"
             else:
                 call = f"k{i}(" + ", ".join(args) + ")"
@@ -307,16 +308,16 @@ class Plan:
             out_kernel = None
             if keeps(op) or self._runs_together(op):
                 escaping.update(operands)
-            elif isinstance(op, FusionRegionOp):
+            elif isa(op, FusionRegionOp):
                 writes = writes_results(op)
                 if any(writes):
                     keys = [value_key(r) if w else None for r, w in zip(op.results, writes)]
                     out_kernel = _REGION_OUTS  # the fused kernel's _outs, bound in _bind
-            elif isinstance(op, PrimitiveOp) and len(op.results) == 1 and not op.regions:
+            elif isa(op, PrimitiveOp) and len(op.results) == 1 and not op.regions:
                 out_kernel = type(op).out_kernel(**op.params())
                 if out_kernel is not None:
                     keys = [value_key(op.results[0])]
-            in_place = out_kernel is not None and not isinstance(op, FusionRegionOp) and type(op).OUT_IN_PLACE
+            in_place = out_kernel is not None and not isa(op, FusionRegionOp) and type(op).OUT_IN_PLACE
             steps.append((operands, list(op.results), keys, out_kernel is not None, in_place))
             index.append((i, out_kernel))
         if not self.sequences:
@@ -381,7 +382,7 @@ class Plan:
     def _bind(self, i: int, kernel: Callable[..., Any], buffers: Buffers, j: int) -> Callable[..., Any]:
         """Op ``i``'s kernel for replica ``j`` writing into ``buffers`` (its planned slots)."""
         slots = self._op_slots[i]
-        if isinstance(self.ops[i], FusionRegionOp):
+        if isa(self.ops[i], FusionRegionOp):
             return buffers.bind(j, lambda outs, *xs: kernel(*xs, _outs=outs), slots, kernel, many=True)
         return buffers.bind(j, self._out_kernels[i], slots, kernel)
 
@@ -400,7 +401,7 @@ class Plan:
         bufs = self.new_buffers() if self._op_slots else None
         out = []
         for i, op in enumerate(self.ops):
-            if isinstance(op, CONSTANT_OPS) or i in self._constants:
+            if isa(op, CONSTANT_OPS) or i in self._constants:
                 value = self._constant(i)
                 out.append((value,) * m if seq else value)
             elif seq and self._runs_together(op):
@@ -460,7 +461,7 @@ class Plan:
         if not (
             op.operands
             and all(v in constant_of for v in op.operands)  # cheap, and most often false
-            and isinstance(op, PrimitiveOp)
+            and isa(op, PrimitiveOp)
             and len(op.results) == 1
             and op.name.startswith("hlo.")
             and op.has_trait(Pure)

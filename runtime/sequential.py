@@ -54,6 +54,7 @@ user's source line.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -153,12 +154,12 @@ def work(body: Operation) -> tuple[float, float]:
         sizes = []
         for r in op.results:
             try:
-                sizes.append(float(np.prod(TensorSpec.of_type(r.type).shape, dtype=np.float64)))
+                sizes.append(float(TensorSpec.of_type(r.type).size))
             except Exception:  # a non-tensor result (a token): no work
                 continue
         if isa(op, DotGeneralOp):
             x = TensorSpec.of_type(op.operands[0].type).shape
-            k = np.prod([x[d] for d in op.params()["lhs_contracting_dimensions"]], dtype=np.float64)
+            k = math.prod(x[d] for d in op.params()["lhs_contracting_dimensions"])
             flops += 2.0 * sum(sizes) * float(k)
         else:
             elements += sum(sizes)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException
@@ -175,6 +177,13 @@ class PassError(DiagnosticException, ValueError):
     The message names the op and the user's ``file.py:LINE``."""
 
 
+@functools.cache
+def _context() -> Context:
+    """The context every pipeline runs in (xtpu's passes only read it):
+    made once, not per compile."""
+    return make_context()
+
+
 def run_pipeline(
     module: ModuleOp,
     passes: Sequence[ModulePass],
@@ -193,7 +202,7 @@ def run_pipeline(
       PassError: a pass rejected the program (a ``ValueError``).
       VerifyException: a pass left a module that does not verify.
     """
-    ctx = make_context()
+    ctx = _context()
     for i, p in enumerate(passes):
         start = time.perf_counter()
         try:
