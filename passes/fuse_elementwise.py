@@ -46,7 +46,7 @@ from xdsl.traits import Pure
 from xtpu.dialects import hlo
 from xtpu.dialects.dynamic_shapes import DYNAMIC_SHAPE_OPS
 from xtpu.dialects.fusion import FusionRegionOp, FusionYieldOp
-from xtpu.dialects.ir_walk import isa
+from xtpu.dialects.ir_walk import has_trait, isa
 from xtpu.dialects.tpu import host_context
 from xtpu.passes._common import in_cluster, is_string, walk_ops
 
@@ -77,11 +77,6 @@ def _class_fusible(cls: type[Operation]) -> bool:
         and not getattr(cls, "HOST_ONLY", False)
         and not getattr(cls, "SIDE_EFFECTS", False)
     )
-
-
-@functools.cache
-def _class_pure(cls: type[Operation]) -> bool:
-    return cls.has_trait(Pure)
 
 
 def fusible(op: Operation) -> bool:
@@ -139,28 +134,46 @@ def fuse_block(block: Block) -> None:
     """Form the fusion regions of ``block`` in place (module doc): the
     pass on one block (passes/batch_replicas.py runs it on a batched body)."""
     ops = list(block.ops)
+    index = {o: i for i, o in enumerate(ops)}
     # The ops of a block are in a cluster when the block is.
     parent = block.parent_op()
+    in_cluster_block = parent is not None and in_cluster(parent)
     static: dict[int, bool] = {}
-    may_fuse = set() if parent is not None and in_cluster(parent) else {o for o in ops if _fusible_in(o, static)}
-    index = {o: i for i, o in enumerate(ops)}
-    group_of: dict[Operation, _Group] = {}
-    groups: list[_Group] = []
+    may_fuse: set[Operation] = set()
     # Values of a dynamic size (hlo.set_dimension_size's results and what
     # is computed from them) stay out of fusion.
     dynamic: set[SSAValue] = set()
     # Values computed from constants only: the runtime folds them once
     # (runtime/plan.py), so they stay out of fusion.
     constant: set[SSAValue] = set()
+    constant_ops: set[Operation] = set()
+    # Constants, and ops that may fuse computed from them only, go to the
+    # block's start (module doc), in order, before the first op that stays.
+    hoisted: list[Operation] = []
+    moved: set[Operation] = set()
+    first_kept: Operation | None = None
     for o in ops:
-        cls = type(o)
+        is_constant = isa(o, _CONSTANTS)
         if isa(o, _DYNAMIC) or (dynamic and any(v in dynamic for v in o.operands)):
             dynamic.update(o.results)
-        if isa(o, _CONSTANTS) or (
-            o.operands and not o.regions and _class_pure(cls) and all(v in constant for v in o.operands)
+        if is_constant or (
+            o.operands and not o.regions and has_trait(o, Pure) and all(v in constant for v in o.operands)
         ):
             constant.update(o.results)
-    constant_ops = {o for o in ops if isa(o, _CONSTANTS)}
+        fuses = not in_cluster_block and _fusible_in(o, static)
+        if fuses:
+            may_fuse.add(o)
+        if is_constant:
+            constant_ops.add(o)
+        if is_constant or (
+            fuses and all(r in constant for r in o.results) and all(v.owner in moved for v in o.operands)
+        ):
+            moved.add(o)
+            hoisted.append(o)
+        elif first_kept is None:
+            first_kept = o
+    group_of: dict[Operation, _Group] = {}
+    groups: list[_Group] = []
 
     def producers(o: Operation) -> set[Operation]:
         return {v.owner for v in o.operands if v.owner in index and v.owner not in constant_ops}
@@ -176,21 +189,12 @@ def fuse_block(block: Block) -> None:
             return None
         return first, reads
 
-    moved: set[Operation] = set()
-    hoisted = []
-    for o in ops:
-        if o in constant_ops or (
-            o in may_fuse and all(r in constant for r in o.results) and all(v.owner in moved for v in o.operands)
-        ):
-            moved.add(o)
-            hoisted.append(o)
-    if hoisted:
-        first = next((o for o in ops if o not in moved), None)
-        if first is not None:
-            for o in hoisted:
-                if index[o] > index[first]:
-                    o.detach()
-                    block.insert_op_before(o, first)
+    if first_kept is not None:
+        late = [o for o in hoisted if index[o] > index[first_kept]]
+        for o in late:
+            o.detach()
+            block.insert_op_before(o, first_kept)
+        if late:
             ops = list(block.ops)
             index.clear()
             index.update((o, i) for i, o in enumerate(ops))

@@ -49,12 +49,11 @@ def _host_cluster(op: Operation) -> str | None:
 def _plan(module: ModuleOp) -> dict[CrossReplicaSumOp, tuple[Groups, int]]:
     """Replica groups and channel id of every cross_replica_sum, in walk
     order; raises the pass's diagnostics before anything changes."""
-    used = [
-        int(ch.value.data) for op in walk_ops(module) if isinstance(ch := op.properties.get("channel_id"), IntegerAttr)
-    ]
+    ops = list(walk_ops(module))
+    used = [int(ch.value.data) for op in ops if isa(ch := op.properties.get("channel_id"), IntegerAttr)]
     channel = max(used, default=0)
     plan: dict[CrossReplicaSumOp, tuple[Groups, int]] = {}
-    for op in walk_ops(module):
+    for op in ops:
         if not isa(op, CrossReplicaSumOp):
             continue
         where = f"'{op.name}' op{at(op)}"

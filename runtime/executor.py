@@ -1136,7 +1136,9 @@ def _keeps_operands(op: Operation) -> bool:
     """Whether ``op``'s kernel may hold its operands past its return (a
     collective, a host transfer, a region op holding one): its operands get
     no planned buffer (runtime/buffers.py)."""
-    return _needs_runtime(type(op)) or any(_needs_runtime(type(o)) for o in walk_ops(op) if o is not op)
+    if _needs_runtime(type(op)):
+        return True
+    return bool(op.regions) and any(_needs_runtime(type(o)) for o in walk_ops(op) if o is not op)
 
 
 def _root(a: np.ndarray) -> Any:

@@ -69,7 +69,7 @@ class _Shared(threading.local):
 _SHARED = _Shared()
 
 
-def _shared_arrays(keys: list[tuple[tuple[int, ...], Any]]) -> list[np.ndarray]:
+def _shared_arrays(keys: Sequence[tuple[tuple[int, ...], Any]]) -> list[np.ndarray]:
     """The calling thread's arrays for ``keys`` (:class:`_Shared`), made
     where no live one is left."""
     registry = _SHARED.arrays
@@ -93,7 +93,7 @@ class _Kept(threading.local):
     """A fused kernel's buffers, one set per thread (taken on the thread's
     first call from the arrays its other kernels use: :class:`_Shared`)."""
 
-    def __init__(self, shapes: list[tuple[tuple[int, ...], Any]]) -> None:
+    def __init__(self, shapes: Sequence[tuple[tuple[int, ...], Any]]) -> None:
         self.buffers = _shared_arrays(shapes)
 
 
@@ -151,7 +151,7 @@ class _Recipe:
     runs: tuple[int, ...]
     round_trips: frozenset[int]
     writes: tuple[bool, ...]
-    buffer_keys: list[tuple[tuple[int, ...], Any]]
+    buffer_keys: tuple[tuple[tuple[int, ...], Any], ...]
     line_op: dict[int, int]
 
 
@@ -243,7 +243,7 @@ def _recipe(ops: list[Operation], yielded: list[SSAValue], args: Sequence[SSAVal
         runs=tuple(position[o] for o in ops),
         round_trips=frozenset(position[o] for o in pairs),
         writes=tuple(k is not None for k in outk),
-        buffer_keys=list(slots.keys),
+        buffer_keys=tuple(slots.keys),
         line_op={n + len(head): p for n, p in line_op.items()},
     )
 

@@ -63,6 +63,9 @@ class Pool:
         self._next = 0
         self._lock = threading.Lock()
         self._pending: list[tuple[bytes, list]] = []
+        #: Programs whose executables were collected, told to the workers
+        #: with the next message (:meth:`drop`).
+        self._dropped: list[int] = []
         self.closed = False
 
     def _send(self, msg: tuple | None, per_worker=None) -> None:
@@ -76,12 +79,18 @@ class Pool:
             if self.closed:
                 raise RuntimeError("the local pool was closed")
             self._pending = [(d, rs) for d, rs in self._pending if not w.MPI.Request.Testall(rs)]
-            packed = None if msg is None else _pack(msg)
-            for p in range(1, w.size):
-                head, raws = packed if packed is not None else _pack(per_worker(p))
-                reqs = [w.pool_comm.Isend([head, w.MPI.BYTE], dest=p, tag=_TAG_COMMAND)]
-                reqs += [w.pool_comm.Isend([r, w.MPI.BYTE], dest=p, tag=_TAG_BUFFER) for r in raws]
-                self._pending.append(((head, raws), reqs))
+            while self._dropped:  # list.pop: a finalizer may append meanwhile
+                self._isend(_pack((_DROP, self._dropped.pop(0))), None)
+            self._isend(None if msg is None else _pack(msg), per_worker)
+
+    def _isend(self, packed: Any, per_worker: Any) -> None:
+        """Start sending ``packed`` (or ``per_worker(rank)``) to every worker (lock held)."""
+        w = self.world
+        for p in range(1, w.size):
+            head, raws = packed if packed is not None else _pack(per_worker(p))
+            reqs = [w.pool_comm.Isend([head, w.MPI.BYTE], dest=p, tag=_TAG_COMMAND)]
+            reqs += [w.pool_comm.Isend([r, w.MPI.BYTE], dest=p, tag=_TAG_BUFFER) for r in raws]
+            self._pending.append(((head, raws), reqs))
 
     def ship(self, text: str, timeout: float) -> int:
         """Send a program (its lowered module's IR text) to every worker,
@@ -106,12 +115,13 @@ class Pool:
         )
 
     def drop(self, pid: int) -> None:
-        """Forget program ``pid`` on the workers (its executable was collected)."""
+        """Forget program ``pid`` on the workers (its executable was
+        collected), with the next message sent: this runs from a finalizer,
+        which the collector may call in the middle of a send (an allocation
+        while :meth:`_send` holds its lock, which sending now would wait for
+        forever)."""
         if not self.closed:
-            try:
-                self._send((_DROP, pid))
-            except Exception:  # noqa: BLE001 - at exit MPI may be gone already
-                pass
+            self._dropped.append(pid)
 
     def close(self, timeout: float = 10.0) -> None:
         """Tell the workers to exit and disconnect from them (at exit)."""
