@@ -141,11 +141,13 @@ class Plan:
         inputs = list(block.args) + self.captures
         for i, a in enumerate(inputs):
             names[a] = f"a{i}"
+        # Kernels are read as K[i], not unpacked into locals: a frame of a
+        # local and a stack slot per op (a 1,400-op plan's frame is 17 KB)
+        # fills CPython's 16 KB frame-stack chunks, and a kernel called from
+        # a frame that ends near a chunk's end pushes a new chunk and frees
+        # it on return: an mmap and a munmap per kernel call (the mixed
+        # transformer example took 800 a step).
         lines = [f"def {_ident(name)}(args, K):"]
-        if self.ops:
-            lines.append(
-                "    " + ", ".join(f"k{i}" for i in range(len(self.ops))) + (", = K" if len(self.ops) == 1 else " = K")
-            )
         if inputs:
             lines.append("    " + ", ".join(names[a] for a in inputs) + (", = args" if len(inputs) == 1 else " = args"))
         self._line_of_op: dict[int, int] = {}
@@ -177,14 +179,14 @@ class Plan:
                         "the runtime runs blocks that are closed over their arguments"
                     )
             if isa(op, CONSTANT_OPS) and len(op.results) == 1:
-                # Its value is K[i]: uses read k{i}, no line of its own.
-                names[op.results[0]] = f"k{i}"
+                # Its value is K[i]: uses read it, no line of its own.
+                names[op.results[0]] = f"K[{i}]"
                 constant_of[op.results[0]] = i
                 continue
             if not op.regions and self._fold(i, op, constant_of):
                 # A pure op of constants (a broadcast constant, say) is a
                 # constant too: evaluated once here, no line of its own.
-                names[op.results[0]] = f"k{i}"
+                names[op.results[0]] = f"K[{i}]"
                 constant_of[op.results[0]] = i
                 continue
             outs = []
@@ -197,9 +199,9 @@ class Plan:
                 entries.append((i, outs, args, together_op))
                 continue
             if isa(op, CONSTANT_OPS):
-                call = f"k{i}"
+                call = f"K[{i}]"
             else:
-                call = f"k{i}(" + ", ".join(args) + ")"
+                call = f"K[{i}](" + ", ".join(args) + ")"
             if not outs:
                 line = f"    {call}"
             elif len(outs) == 1:
@@ -257,7 +259,7 @@ class Plan:
         while n < len(entries):
             i, outs, args, together_op = entries[n]
             if together_op:
-                call = f"k{i}(" + ", ".join(args) + ")"
+                call = f"K[{i}](" + ", ".join(args) + ")"
                 lines.append(
                     f"    {call}"
                     if not outs
@@ -277,7 +279,7 @@ class Plan:
             lines.append(f"    for j in range({m}):")
             for i, outs, args, _ in entries[n:end]:
                 ins = ", ".join("x" + a[1:] if a in defined and defined[a] == segment[n] else f"{a}[j]" for a in args)
-                call = f"k{i}[j]({ins})"
+                call = f"K[{i}][j]({ins})"
                 if not outs:
                     line = f"        {call}"
                 elif len(outs) == 1:
