@@ -10,6 +10,7 @@ from xdsl.parser import Parser
 
 import xtpu
 from xtpu.dialects import make_context
+from xtpu.passes import DEFAULT_PIPELINE
 from xtpu.runtime import blas_budget, sequential
 from xtpu.runtime.errors import XtpuRuntimeError
 from xtpu.runtime.executor import Executable
@@ -327,3 +328,24 @@ def test_a_block_runs_each_segment_replica_after_replica():
     for r in range(3):
         np.testing.assert_allclose(out[0][r], np.exp(total) + 1, rtol=1e-6)
         np.testing.assert_array_equal(out[0][r], c(xs)[r][0])
+
+
+def test_a_plans_frame_does_not_grow_with_its_kernels():
+    """A plan's generated function reads its kernels as ``K[i]``: unpacked
+    into locals they took a local and a stack slot per op, and a frame near
+    the end of one of CPython's 16 KB frame-stack chunks made every kernel
+    call push a new chunk and free it on return (an mmap and a munmap per
+    call: 800 a step in the mixed transformer example).  Its stack stays
+    small however many ops it runs; its locals are the values, not the
+    kernels.  The values are still the chain's: 1 + 600 adds."""
+
+    def chain(x):
+        for _ in range(600):
+            x = x + 1.0
+        return x
+
+    c = xtpu.lower(chain, [[np.float32(0)]]).compile(",".join(DEFAULT_PIPELINE))  # unfused: 600 ops
+    assert float(c([[np.float32(0)]])[0][0]) == 600.0
+    code = c.executable.device_plan.run.__code__
+    assert code.co_stacksize < 16, code.co_stacksize
+    assert code.co_nlocals < 700, code.co_nlocals
