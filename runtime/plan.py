@@ -61,13 +61,16 @@ def form_key(op: Operation) -> tuple:
     the identities of its properties, attributes and operand and result
     types.  Attributes are immutable and tracing shares equal ones, so ops
     with one key have one kernel; the identities hold while the module is
-    alive (a plan or an executable being built)."""
+    alive (a plan or an executable being built).  An op with regions (a
+    ``fusion.region``) is its own form: its kernel depends on its body,
+    which no attribute names."""
     return (
         type(op),
         tuple(map(id, op.properties.values())),
         tuple(map(id, op.attributes.values())),
         tuple(map(id, op.result_types)),
         tuple(id(v.type) for v in op.operands),
+        id(op) if op.regions else None,
     )
 
 

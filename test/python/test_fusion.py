@@ -18,6 +18,7 @@ import mlp_block  # noqa: E402
 import xla_reference as X  # noqa: E402  (before jax: it asks for 8 CPU devices)
 
 import xtpu  # noqa: E402
+from xtpu.dialects.fusion import FusionRegionOp  # noqa: E402
 from xtpu.passes import DEFAULT_PIPELINE  # noqa: E402
 from xtpu.runtime import codegen  # noqa: E402
 from xtpu.runtime.errors import XtpuRuntimeError  # noqa: E402
@@ -224,3 +225,24 @@ def test_regions_on_one_thread_share_their_scratch_arrays_and_free_them():
     for _ in range(2):
         np.testing.assert_array_equal(cf([[x]])[0][0], np.tanh(x * np.float32(2) + np.float32(1)) * np.float32(3) - x)
         np.testing.assert_array_equal(cg([[x]])[0][0], np.exp(x * np.float32(0.5) - np.float32(1)) + x * x)
+
+
+def test_regions_of_one_signature_and_one_kind_attribute_keep_their_own_kernels():
+    """A region's kernel depends on its body, which no attribute names: two
+    regions with the same operand and result types and one ``kind``
+    attribute object (a pass may share attributes, as tracing does) still
+    run their own bodies (the runtime's kernels are shared by form,
+    runtime/plan.py's ``form_key``; a region is its own form)."""
+
+    def f(x):
+        return xtpu.math.tanh(x * 2.0 + 1.0), xtpu.math.exp(x - 3.0) * 0.5
+
+    x = np.linspace(-2, 2, 4 * 64 * 64, dtype=np.float32).reshape(4, 64, 64)
+    c = xtpu.lower(f, [[x]]).compile()
+    a, b = [o for o in c.module.walk() if isinstance(o, FusionRegionOp)]
+    assert a.result_types == b.result_types and [v.type for v in a.operands] == [v.type for v in b.operands]
+    b.properties["kind"] = a.properties["kind"]
+    shared = type(c)(c.module, c.signature, c.out_tree, c.stages, None)
+    y, z = shared([[x]])[0]
+    np.testing.assert_array_equal(y, np.tanh(x * np.float32(2) + np.float32(1)))
+    np.testing.assert_allclose(z, np.exp(x - np.float32(3)) * np.float32(0.5), rtol=1e-6)
