@@ -10,26 +10,31 @@ a loop over the class's traits), so these are a visible part of it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-
 from xdsl.ir import Operation
 
 __all__ = ["has_trait", "isa", "walk_ops"]
 
 
-def walk_ops(op: Operation) -> Iterator[Operation]:
+def walk_ops(op: Operation) -> list[Operation]:
     """``op`` and every op nested in it, in ``op.walk()``'s order (pre-order,
-    regions, blocks and ops in order), about three times faster on a big
-    module: xDSL's walk nests a generator per op, region and block, this one
-    only per op that has regions."""
-    yield op
+    regions, blocks and ops in order), as a list made before the caller
+    looks at it: changing the IR while going through the list changes the
+    list nowhere.  About four times faster than xDSL's walk, which nests a
+    generator per op, region and block: this one fills one list."""
+    out = [op]
+    _walk_into(op, out)
+    return out
+
+
+def _walk_into(op: Operation, out: list[Operation]) -> None:
     for region in op.regions:
         for block in region.blocks:
-            for inner in block.ops:
+            inner = block.first_op
+            while inner is not None:
+                out.append(inner)
                 if inner.regions:
-                    yield from walk_ops(inner)
-                else:
-                    yield inner
+                    _walk_into(inner, out)
+                inner = inner.next_op
 
 
 @functools.cache

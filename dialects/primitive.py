@@ -74,6 +74,27 @@ class Param:
         raise NotImplementedError
 
 
+_DECODED: dict[tuple[int, type], tuple[Attribute, Any]] = {}
+"""Values decoded from an attribute object, by its identity and the codec's
+class, each with the attribute (which keeps its id its own).  Emptied when
+full."""
+
+
+def _decoded(codec: Param, attr: Attribute, decode: Callable[[Attribute], Any]) -> Any:
+    """``decode(attr)``, once per attribute object (attributes are
+    immutable, and tracing shares equal ones: :class:`IntArrayParam`,
+    :func:`dense_from_array`); for values that are immutable too."""
+    key = (id(attr), type(codec))
+    got = _DECODED.get(key)
+    if got is not None and got[0] is attr:
+        return got[1]
+    value = decode(attr)
+    if len(_DECODED) >= 4096:
+        _DECODED.clear()
+    _DECODED[key] = (attr, value)
+    return value
+
+
 class IntArrayParam(Param):
     """A tuple of ints, stored as ``array<i64: ...>``; one attribute per
     distinct tuple (attributes are immutable: the ops that share
@@ -89,6 +110,10 @@ class IntArrayParam(Param):
         return attr
 
     def decode(self, attr: Attribute) -> tuple[int, ...]:
+        return _decoded(self, attr, self._decode)
+
+    @staticmethod
+    def _decode(attr: Attribute) -> tuple[int, ...]:
         assert isinstance(attr, DenseArrayBase)
         return tuple(int(v) for v in attr.get_values())
 
@@ -142,6 +167,10 @@ class GroupsParam(Param):
         return dense_from_array(arr)
 
     def decode(self, attr: Attribute) -> tuple[tuple[int, ...], ...]:
+        return _decoded(self, attr, self._decode)
+
+    @staticmethod
+    def _decode(attr: Attribute) -> tuple[tuple[int, ...], ...]:
         arr = array_from_dense(attr)
         if arr.size == 0:  # no groups, or empty groups: reshape(-1) cannot infer
             return tuple(() for _ in range(arr.shape[0] if arr.ndim else 0))
@@ -326,9 +355,10 @@ class PrimitiveOp(IRDLOperation):
         immutable, so the same attribute objects decode to the same values);
         callers get a fresh dict each time.
         """
-        key = (*self.properties.values(), *self.result_types)
+        key = (*self.properties.values(), *(r.type for r in self.results))
         cached = self.__dict__.get("_params_cache")
-        if cached is not None and len(cached[0]) == len(key) and all(a is b for a, b in zip(cached[0], key)):
+        # Tuple equality tests identity first: equal attributes decode alike.
+        if cached is not None and cached[0] == key:
             return dict(cached[1])
         out: dict[str, Any] = {}
         for name, codec in self.PARAMS.items():

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from xtpu.dialects.hlo import (
@@ -52,26 +52,29 @@ class _Splats:
     """The one element of a splat constant, decoded once per constant op."""
 
     def __init__(self) -> None:
-        self._of: dict[Operation, np.ndarray | None] = {}
+        self._of: dict[Operation, tuple[str, object, bool] | None] = {}
 
-    def __call__(self, v: SSAValue) -> np.ndarray | None:
-        """The element of ``v`` when ``v`` is a splat constant, also through
-        ``broadcast_in_dim`` / ``reshape`` of one (a 0-d array), else None."""
+    def __call__(self, v: SSAValue) -> tuple[str, object, bool] | None:
+        """``(dtype kind, element as a Python number, sign bit)`` when ``v``
+        is a splat constant, also through ``broadcast_in_dim`` / ``reshape``
+        of one, else None."""
         op = v.owner
         while isa(op, (BroadcastInDimOp, ReshapeOp)):
             op = op.operands[0].owner
         if not isa(op, ConstantOp):
             return None
         if op not in self._of:
-            self._of[op] = _splat_of(op)
+            c = _splat_of(op)
+            kind = c.dtype.kind if c is not None else ""
+            self._of[op] = None if c is None else (kind, c.item(), kind == "f" and bool(np.signbit(c)))
         return self._of[op]
 
     def is_(self, v: SSAValue, value: float, negative_zero: bool | None = None) -> bool:
         c = self(v)
-        if c is None or c.dtype.kind not in "biuf" or c != value:
+        if c is None or c[0] not in "biuf" or c[1] != value:
             return False
-        if negative_zero is not None and c.dtype.kind == "f":
-            return bool(np.signbit(c)) == negative_zero
+        if negative_zero is not None and c[0] == "f":
+            return c[2] == negative_zero
         return True
 
 
@@ -122,22 +125,37 @@ def identity_operand(op: Operation, splats: _Splats) -> SSAValue | None:
     kind = _identity_kind(type(op))
     if kind is None or len(op.results) != 1:
         return None
-    result = op.results[0]
+    rtype = op.results[0].type
+    # Only an operand of the result's type can be the result (tested first:
+    # it is cheaper than the constant or the dimensions).
     found: SSAValue | None = None
     if kind is MultiplyOp:
         lhs, rhs = op.operands
-        found = lhs if splats.is_(rhs, 1) else rhs if splats.is_(lhs, 1) else None
+        found = (
+            lhs
+            if _same_type(lhs, rtype) and splats.is_(rhs, 1)
+            else rhs
+            if _same_type(rhs, rtype) and splats.is_(lhs, 1)
+            else None
+        )
     elif kind is DivideOp:
         lhs, rhs = op.operands
-        found = lhs if splats.is_(rhs, 1) else None
+        found = lhs if _same_type(lhs, rtype) and splats.is_(rhs, 1) else None
     elif kind is AddOp:
         lhs, rhs = op.operands
         # x + (+0.0) is +0.0 for x = -0.0: only -0.0 is the float identity.
-        neg = True if _float(result) else None
-        found = lhs if splats.is_(rhs, 0, neg) else rhs if splats.is_(lhs, 0, neg) else None
+        neg = True if _float(op.results[0]) else None
+        found = (
+            lhs
+            if _same_type(lhs, rtype) and splats.is_(rhs, 0, neg)
+            else rhs
+            if _same_type(rhs, rtype) and splats.is_(lhs, 0, neg)
+            else None
+        )
     elif kind is SubtractOp:
         lhs, rhs = op.operands
-        found = lhs if splats.is_(rhs, 0, False if _float(result) else None) else None
+        if _same_type(lhs, rtype):
+            found = lhs if splats.is_(rhs, 0, False if _float(op.results[0]) else None) else None
     elif kind is ConvertOp:
         found = op.operands[0]
         inner = found.owner
@@ -146,14 +164,20 @@ def identity_operand(op: Operation, splats: _Splats) -> SSAValue | None:
     elif kind is ReshapeOp:
         found = op.operands[0]
     elif kind is BroadcastInDimOp:
-        dims = tuple(op.params()["broadcast_dimensions"])  # type: ignore[attr-defined]
-        found = op.operands[0] if dims == tuple(range(len(dims))) else None
+        if _same_type(op.operands[0], rtype):
+            dims = tuple(op.params()["broadcast_dimensions"])  # type: ignore[attr-defined]
+            found = op.operands[0] if dims == tuple(range(len(dims))) else None
     elif kind is TransposeOp:
-        perm = tuple(op.params()["permutation"])  # type: ignore[attr-defined]
-        found = op.operands[0] if perm == tuple(range(len(perm))) else None
-    if found is not None and found.type == result.type:
+        if _same_type(op.operands[0], rtype):
+            perm = tuple(op.params()["permutation"])  # type: ignore[attr-defined]
+            found = op.operands[0] if perm == tuple(range(len(perm))) else None
+    if found is not None and _same_type(found, rtype):
         return found
     return None
+
+
+def _same_type(v: SSAValue, t: Attribute) -> bool:
+    return v.type is t or v.type == t
 
 
 def _same_form(a: Operation, b: Operation) -> bool:
@@ -212,7 +236,7 @@ def _may_raise(op: Operation) -> bool:
 
 
 def _dead(op: Operation) -> bool:
-    if not op.results or any(r.uses for r in op.results):
+    if not op.results or any(r.first_use is not None for r in op.results):
         return False
     if isa(op, OutsideCompilationOp) or (op.regions and op.dialect_name() == "hlo"):
         return not has_side_effects(op) and not _may_raise(op)

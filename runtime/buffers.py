@@ -208,6 +208,23 @@ def kept_array(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return np.ndarray(shape, dt, buffer=m)
 
 
+class _Unmade:
+    """:attr:`Buffers.arrays` before the first call: reading a replica's
+    row makes them all (:meth:`Buffers.renew` replaces this with the list,
+    so a later call reads the list itself)."""
+
+    __slots__ = ("_buffers",)
+
+    def __init__(self, buffers: Buffers) -> None:
+        self._buffers = buffers
+
+    def __getitem__(self, j: int) -> list[Any]:
+        b = self._buffers
+        if b.arrays is self:
+            b.renew()
+        return b.arrays[j]
+
+
 class Buffers:
     """One worker's arrays for the slots of a plan, kept from call to call.
 
@@ -225,12 +242,15 @@ class Buffers:
         self.replicas = replicas
         self.private = len(self.keys) if private is None else private
         self.recycled = recycled
-        self.arrays: list[list[Any]] = []
-        self.renew()
+        #: Per replica, per slot: its array (a recycled slot: its pool).
+        #: Made at the first call that reads them (:class:`_Unmade`): a
+        #: compile builds the first worker's kernels to check them, and
+        #: need not map the step's memory.
+        self.arrays: Any = _Unmade(self)
 
     def renew(self) -> None:
         """New arrays (the old ones stay with whoever still writes them:
-        a worker a failed run left behind)."""
+        a worker a failed run left behind); the first ones are made here too."""
         shared = [kept_array(shape, dtype) for shape, dtype in self.keys[self.private :]]
         self.arrays = [
             [

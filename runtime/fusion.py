@@ -90,11 +90,21 @@ def _shared_arrays(keys: Sequence[tuple[tuple[int, ...], Any]]) -> list[np.ndarr
 
 
 class _Kept(threading.local):
-    """A fused kernel's buffers, one set per thread (taken on the thread's
-    first call from the arrays its other kernels use: :class:`_Shared`)."""
+    """A fused kernel's buffers, one set per thread, taken on the thread's
+    first call from the arrays its other kernels use (:class:`_Shared`):
+    the thread that compiles a program, which seldom runs its kernels,
+    maps none."""
 
     def __init__(self, shapes: Sequence[tuple[tuple[int, ...], Any]]) -> None:
-        self.buffers = _shared_arrays(shapes)
+        self.shapes = shapes
+
+    def __getattr__(self, name: str) -> Any:
+        # Only a thread's first read of ``buffers`` gets here; later reads
+        # find the attribute.
+        if name != "buffers":
+            raise AttributeError(name)
+        self.buffers = _shared_arrays(self.shapes)
+        return self.buffers
 
 
 def inner_op(frame_or_tb: Any) -> Operation | None:
