@@ -10,6 +10,7 @@ a loop over the class's traits), so these are a visible part of it.
 from __future__ import annotations
 
 import functools
+
 from xdsl.ir import Operation
 
 __all__ = ["has_trait", "isa", "walk_ops"]
