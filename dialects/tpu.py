@@ -49,7 +49,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from xtpu.dialects import vjp_util as G
 from xtpu.dialects.infeed import INFEED_OPS
-from xtpu.dialects.ir_walk import isa, walk_ops
+from xtpu.dialects.ir_walk import walk_ops
 from xtpu.dialects.primitive import (
     GroupsParam,
     IntParam,
@@ -332,7 +332,8 @@ class ReplicateOp(PrimitiveOp):
             t0 = inputs[i * n].type
             for r in range(n):
                 t = inputs[i * n + r].type
-                if t != (arg.type if in_sh is None else t0):
+                want = arg.type if in_sh is None else t0
+                if t is not want and t != want:  # types are shared: identity first
                     raise VerifyException(
                         f"'tpu.replicate' op input {i} of replica {r} has type {t}, "
                         + (
@@ -355,7 +356,8 @@ class ReplicateOp(PrimitiveOp):
             t0 = outputs[j * n].type
             for r in range(n):
                 t = outputs[j * n + r].type
-                if t != (v.type if out_sh is None else t0):
+                want = v.type if out_sh is None else t0
+                if t is not want and t != want:
                     raise VerifyException(
                         f"'tpu.replicate' op result {j * n + r} has type {t}, "
                         + (
@@ -378,45 +380,37 @@ class ReplicateOp(PrimitiveOp):
         tensor of static shape and a dtype it has (f32, f64, i32, i64, i1,
         strings), and the body uses only its own arguments and values defined
         inside it (each worker runs the body on its own inputs)."""
-        from xdsl.ir import Block
-
         checked: set[int] = set()  # types by identity (tracing shares equal ones)
 
-        def check(t, what: str) -> None:
+        def check(t, what: str, i: int) -> None:
             if id(t) in checked:
                 return
             try:
                 spec = TensorSpec.of_type(t)
             except ValueError as e:
-                raise VerifyException(f"'tpu.replicate' op {what} has type {t}: {e}") from None
+                raise VerifyException(f"'tpu.replicate' op {what} {i} has type {t}: {e}") from None
             if any(d < 0 for d in spec.shape):
-                raise VerifyException(f"'tpu.replicate' op {what} has type {t}; the runtime needs static shapes")
+                raise VerifyException(f"'tpu.replicate' op {what} {i} has type {t}; the runtime needs static shapes")
             checked.add(id(t))
 
         for i, v in enumerate(self.replicated_inputs):
-            check(v.type, f"operand {i}")
+            check(v.type, "operand", i)
         for i, a in enumerate(self.body.block.args):
-            check(a.type, f"body argument {i}")
+            check(a.type, "body argument", i)
         for i, r in enumerate(self.results):
-            check(r.type, f"result {i}")
-        inside: dict[int, bool] = {}
-
-        def is_inside(block) -> bool:
-            key = id(block)
-            if key not in inside:
-                p = block.parent_op() if block is not None else None
-                inside[key] = p is self or (
-                    p is not None and p.parent_block() is not None and is_inside(p.parent_block())
-                )
-            return inside[key]
-
-        for op in walk_ops(self):
-            if op is self:
-                continue
+            check(r.type, "result", i)
+        # Values defined inside: the nested blocks' arguments and the nested
+        # ops' results, by identity (one walk; xDSL hashes a value in Python).
+        ops = walk_ops(self)
+        defined = {id(a) for region in self.regions for block in region.blocks for a in block.args}
+        for op in ops[1:]:
+            defined.update(map(id, op.results))
+            for region in op.regions:
+                for block in region.blocks:
+                    defined.update(map(id, block.args))
+        for op in ops[1:]:
             for v in op.operands:
-                owner = v.owner
-                block = owner if isa(owner, Block) else owner.parent_block()
-                if not is_inside(block):
+                if id(v) not in defined:
                     raise VerifyException(
                         f"'tpu.replicate' op body uses a value defined outside it (operand of '{op.name}'); "
                         "pass it in as a replicated input instead"

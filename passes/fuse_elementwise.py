@@ -103,8 +103,8 @@ def _fusible_in(op: Operation, static: dict[int, bool]) -> bool:
 class _Group:
     members: list[Operation]
     first: int
-    #: Ops of the block outside the group whose results it reads (constants aside).
-    reads: set[Operation]
+    #: Ops of the block outside the group whose results it reads (constants aside), by id.
+    reads: set[int]
     reduces: bool = False
 
 
@@ -132,81 +132,87 @@ class FuseElementwise(ModulePass):
 
 def fuse_block(block: Block) -> None:
     """Form the fusion regions of ``block`` in place (module doc): the
-    pass on one block (passes/batch_replicas.py runs it on a batched body)."""
+    pass on one block (passes/batch_replicas.py runs it on a batched body).
+
+    Ops and values are kept in sets and dicts by their ``id`` (xDSL hashes
+    them in Python, a call per lookup); the block holds them all alive."""
     ops = list(block.ops)
-    index = {o: i for i, o in enumerate(ops)}
+    index = {id(o): i for i, o in enumerate(ops)}
     # The ops of a block are in a cluster when the block is.
     parent = block.parent_op()
     in_cluster_block = parent is not None and in_cluster(parent)
     static: dict[int, bool] = {}
-    may_fuse: set[Operation] = set()
+    may_fuse: set[int] = set()
     # Values of a dynamic size (hlo.set_dimension_size's results and what
     # is computed from them) stay out of fusion.
-    dynamic: set[SSAValue] = set()
+    dynamic: set[int] = set()
     # Values computed from constants only: the runtime folds them once
     # (runtime/plan.py), so they stay out of fusion.
-    constant: set[SSAValue] = set()
-    constant_ops: set[Operation] = set()
+    constant: set[int] = set()
+    constant_ops: set[int] = set()
     # Constants, and ops that may fuse computed from them only, go to the
     # block's start (module doc), in order, before the first op that stays.
     hoisted: list[Operation] = []
-    moved: set[Operation] = set()
+    moved: set[int] = set()
     first_kept: Operation | None = None
     for o in ops:
         is_constant = isa(o, _CONSTANTS)
-        if isa(o, _DYNAMIC) or (dynamic and any(v in dynamic for v in o.operands)):
-            dynamic.update(o.results)
+        if isa(o, _DYNAMIC) or (dynamic and any(id(v) in dynamic for v in o.operands)):
+            dynamic.update(map(id, o.results))
         if is_constant or (
-            o.operands and not o.regions and has_trait(o, Pure) and all(v in constant for v in o.operands)
+            o.operands and not o.regions and has_trait(o, Pure) and all(id(v) in constant for v in o.operands)
         ):
-            constant.update(o.results)
+            constant.update(map(id, o.results))
         fuses = not in_cluster_block and _fusible_in(o, static)
         if fuses:
-            may_fuse.add(o)
+            may_fuse.add(id(o))
         if is_constant:
-            constant_ops.add(o)
+            constant_ops.add(id(o))
         if is_constant or (
-            fuses and all(r in constant for r in o.results) and all(v.owner in moved for v in o.operands)
+            fuses and all(id(r) in constant for r in o.results) and all(id(v.owner) in moved for v in o.operands)
         ):
-            moved.add(o)
+            moved.add(id(o))
             hoisted.append(o)
         elif first_kept is None:
             first_kept = o
-    group_of: dict[Operation, _Group] = {}
+    group_of: dict[int, _Group] = {}
     groups: list[_Group] = []
 
-    def producers(o: Operation) -> set[Operation]:
-        return {v.owner for v in o.operands if v.owner in index and v.owner not in constant_ops}
+    def producers(o: Operation) -> set[int]:
+        """The ops of the block (constants aside) whose results ``o`` reads, by id."""
+        return {p for p in (id(v.owner) for v in o.operands) if p in index and p not in constant_ops}
 
-    def joined(gs: list[_Group], o: Operation) -> tuple[int, set[Operation]] | None:
+    def joined(gs: list[_Group], o: Operation) -> tuple[int, set[int]] | None:
         """(first, reads) of ``gs`` and ``o`` as one group, if it is a
         single-entry region: everything it reads defined before its first op."""
-        inside = set(gs)
-        reads = {p for g in gs for p in g.reads if group_of.get(p) not in inside}
-        reads |= {p for p in producers(o) if group_of.get(p) not in inside}
+        inside = set(map(id, gs))
+        reads = {p for g in gs for p in g.reads if id(group_of.get(p)) not in inside}
+        reads |= {p for p in producers(o) if id(group_of.get(p)) not in inside}
         first = min(g.first for g in gs)
         if any(index[p] > first for p in reads):
             return None
         return first, reads
 
     if first_kept is not None:
-        late = [o for o in hoisted if index[o] > index[first_kept]]
+        at = index[id(first_kept)]
+        late = [o for o in hoisted if index[id(o)] > at]
         for o in late:
             o.detach()
             block.insert_op_before(o, first_kept)
         if late:
-            ops = list(block.ops)
-            index.clear()
-            index.update((o, i) for i, o in enumerate(ops))
+            # The block's new order, without reading it again.
+            late_ids = set(map(id, late))
+            ops = [*ops[:at], *late, *(o for o in ops[at:] if id(o) not in late_ids)]
+            index = {id(o): i for i, o in enumerate(ops)}
     if len(may_fuse) < 2:
         return  # no group of two ops
     for o in ops:
-        if o not in may_fuse or o.results[0] in dynamic or o.results[0] in constant:
+        if id(o) not in may_fuse or id(o.results[0]) in dynamic or id(o.results[0]) in constant:
             continue
         cands: list[_Group] = []
         for v in o.operands:
             p = v.owner
-            g = group_of.get(p)  # type: ignore[arg-type]  # a block argument is in no group
+            g = group_of.get(id(p))  # a block argument is in no group
             if g is not None and not isa(p, hlo.ReduceOp) and g not in cands:
                 cands.append(g)
         chosen: list[_Group] = []
@@ -220,7 +226,7 @@ def fuse_block(block: Block) -> None:
                     chosen = [g]
                     break
         if not chosen:
-            g = _Group([o], index[o], producers(o))
+            g = _Group([o], index[id(o)], producers(o))
             groups.append(g)
         else:
             chosen.sort(key=lambda g: -len(g.members))
@@ -229,16 +235,16 @@ def fuse_block(block: Block) -> None:
                 g.members += other.members
                 g.reduces |= other.reduces
                 for m in other.members:
-                    group_of[m] = g
+                    group_of[id(m)] = g
                 groups.remove(other)
             g.members.append(o)
             g.first, g.reads = got
         g.reduces |= isa(o, hlo.ReduceOp)
-        group_of[o] = g
+        group_of[id(o)] = g
     for g in groups:
         _drop_trailing_broadcasts(g)
         if len(g.members) > 1:
-            _outline(block, sorted(g.members, key=index.__getitem__), "input" if g.reduces else "loop")
+            _outline(block, sorted(g.members, key=lambda m: index[id(m)]), "input" if g.reduces else "loop")
 
 
 def _drop_trailing_broadcasts(g: _Group) -> None:
