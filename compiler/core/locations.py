@@ -42,8 +42,11 @@ def is_user_frame(filename: str) -> bool:
     return not filename.startswith(_PKG_DIRS) and not _is_library_frame(filename)
 
 
-_USER_CODE: dict[Any, bool] = {}
-"""Code object -> whether its frames are the user's (:func:`is_user_frame`)."""
+_USER_CODE: dict[int, tuple[Any, bool]] = {}
+"""``id`` of a code object -> (the code object, whether its frames are the
+user's: :func:`is_user_frame`).  By identity: a code object's hash is
+worked out from its contents at every lookup (its constants' tuple
+included), and a trace looks up about ten frames per op."""
 _LOCATIONS: dict[tuple[str, int], FileLineColLoc] = {}
 """One location attribute per user line (attributes are immutable: the ops
 of a line share it, as MLIR's uniqued attributes)."""
@@ -56,11 +59,14 @@ def user_location() -> FileLineColLoc | None:
     user_code = _USER_CODE
     while f is not None:
         code = f.f_code
-        mine = user_code.get(code)
-        if mine is None:
+        got = user_code.get(id(code))
+        if got is not None and got[0] is code:
+            mine = got[1]
+        else:
             if len(user_code) > 65536:
                 user_code.clear()
-            mine = user_code[code] = is_user_frame(code.co_filename)
+            mine = is_user_frame(code.co_filename)
+            user_code[id(code)] = (code, mine)  # the code kept: its id stays its own
         if mine:
             key = (code.co_filename, f.f_lineno)
             loc = _LOCATIONS.get(key)
