@@ -125,11 +125,22 @@ class IntParam(Param):
     """An int, stored as ``N : i64``."""
 
     def encode(self, value: int) -> Attribute:
-        return IntegerAttr(int(value), i64)
+        # One attribute per value, as IntArrayParam's (xDSL checks an
+        # IntegerAttr's range when it is made).
+        value = int(value)
+        attr = _INTS.get(value)
+        if attr is None:
+            if len(_INTS) > 4096:
+                _INTS.clear()
+            attr = _INTS[value] = IntegerAttr(value, i64)
+        return attr
 
     def decode(self, attr: Attribute) -> int:
         assert isinstance(attr, IntegerAttr)
         return int(attr.value.data)
+
+
+_INTS: dict[int, IntegerAttr] = {}
 
 
 class StrParam(Param):
@@ -148,9 +159,14 @@ class EnumParam(Param):
 
     def __init__(self, attr_cls: type):
         self.attr_cls = attr_cls
+        self._attrs: dict[Any, Attribute] = {}  # one attribute per member
 
     def encode(self, value: Any) -> Attribute:
-        return self.attr_cls(self.attr_cls.enum_type(value))
+        member = self.attr_cls.enum_type(value)
+        attr = self._attrs.get(member)
+        if attr is None:
+            attr = self._attrs[member] = self.attr_cls(member)
+        return attr
 
     def decode(self, attr: Attribute) -> str:
         return str(attr.data.value)  # type: ignore[attr-defined]

@@ -63,14 +63,18 @@ def nbytes(spec: TensorSpec) -> int:
     return spec.size * numpy_dtype(spec.dtype).itemsize
 
 
-def _operand_owners(op: Operation) -> list[Operation]:
-    """Ops whose results ``op`` or any op nested in it uses."""
+def _used_values(op: Operation) -> list[SSAValue]:
+    """The values ``op`` or any op nested in it uses."""
     values: list[SSAValue] = list(op.operands)
     if op.regions:
-        for inner in op.walk():
-            if inner is not op:
-                values.extend(inner.operands)
-    return [v.owner for v in values if isa(v.owner, Operation)]
+        for inner in walk_ops(op)[1:]:
+            values.extend(inner.operands)
+    return values
+
+
+def _operand_owners(op: Operation) -> list[Operation]:
+    """Ops whose results ``op`` or any op nested in it uses."""
+    return [v.owner for v in _used_values(op) if isa(v.owner, Operation)]
 
 
 @dataclass
@@ -89,7 +93,9 @@ class _BlockPlan:
     groups: list[_Group] = field(default_factory=list)
 
     def plan(self, block: Block) -> None:
-        deps: dict[Operation, int] = {}  # op -> bits of the all-reduces it depends on
+        # id(op) -> bits of the all-reduces it depends on (by id: xDSL
+        # hashes an op in Python; a block argument's owner is no op here).
+        deps: dict[int, int] = {}
         bit_count = 0
         open_groups: dict[tuple, _Group] = {}
 
@@ -99,11 +105,11 @@ class _BlockPlan:
 
         for op in block.ops:
             d = 0
-            for owner in _operand_owners(op):
-                d |= deps.get(owner, 0)
+            for v in _used_values(op):
+                d |= deps.get(id(v.owner), 0)
             spec = all_reduce_spec(op) if isa(op, AllReduceOp) else None
             if spec is None:
-                deps[op] = d
+                deps[id(op)] = d
                 if not has_trait(op, Pure):
                     # A side effect (a host channel, a collective of another
                     # kind that is not pure): nothing moves across it.
@@ -119,7 +125,7 @@ class _BlockPlan:
             key = (p["computation"], p["replica_groups"], spec.dtype)
             bit = 1 << bit_count
             bit_count += 1
-            deps[op] = d | bit
+            deps[id(op)] = d | bit
             size = nbytes(spec)
             g = open_groups.get(key)
             if g is not None and g.size + size <= self.threshold:

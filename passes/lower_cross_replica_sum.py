@@ -46,6 +46,11 @@ def _host_cluster(op: Operation) -> str | None:
     return None
 
 
+def _where(op: Operation) -> str:
+    """The op and the user's line, for a diagnostic (formatted only then)."""
+    return f"'{op.name}' op{at(op)}"
+
+
 def _plan(module: ModuleOp) -> dict[CrossReplicaSumOp, tuple[Groups, int]]:
     """Replica groups and channel id of every cross_replica_sum, in walk
     order; raises the pass's diagnostics before anything changes."""
@@ -56,17 +61,16 @@ def _plan(module: ModuleOp) -> dict[CrossReplicaSumOp, tuple[Groups, int]]:
     for op in ops:
         if not isa(op, CrossReplicaSumOp):
             continue
-        where = f"'{op.name}' op{at(op)}"
         cluster = _host_cluster(op)
         if cluster is not None:
             raise DiagnosticException(
-                f"{where} is in outside_compilation cluster '{cluster}', which runs on the "
+                f"{_where(op)} is in outside_compilation cluster '{cluster}', which runs on the "
                 "host; cross_replica_sum can only run on the device"
             )
         replicate = enclosing(op, ReplicateOp)
         if replicate is None:
             raise DiagnosticException(
-                f"{where} is not inside a tpu.replicate; cross_replica_sum sums over "
+                f"{_where(op)} is not inside a tpu.replicate; cross_replica_sum sums over "
                 "the replicas of its enclosing replicate"
             )
         n = replicate.num_replicas
@@ -77,7 +81,7 @@ def _plan(module: ModuleOp) -> dict[CrossReplicaSumOp, tuple[Groups, int]]:
             check_group_assignment(groups, n)
         except ValueError as e:
             raise DiagnosticException(
-                f"{where} has an invalid group_assignment for a tpu.replicate of {n} replicas: {e}"
+                f"{_where(op)} has an invalid group_assignment for a tpu.replicate of {n} replicas: {e}"
             ) from None
         channel += 1
         # With C logical cores per replica the all-reduce runs between the
