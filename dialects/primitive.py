@@ -443,18 +443,20 @@ class PrimitiveOp(IRDLOperation):
         terminator).  Tracing builds thousands of ops of a few forms; each
         form's shape rule then runs once per process, not once per op."""
         cls = type(self)
-        if not verified_by_form(cls) or self.regions or self.successors:
+        by_form = _VERIFIED_BY_TYPES.get(cls)
+        if by_form is None:
+            by_form = verified_by_form(cls)
+        if not by_form or self.regions or self.successors:
             return super().verify(verify_nested_ops)
         props, attrs = self.properties, self.attributes
         operands = self.operands
-        otypes = tuple(o.type for o in operands)
-        rtypes = tuple(r.type for r in self.results)
+        results = self.results
         # By identity first (no attribute is hashed), then by value.
         ids = (
             cls,
-            *map(id, otypes),
+            *[id(v.type) for v in operands],
             None,
-            *map(id, rtypes),
+            *[id(r.type) for r in results],
             None,
             *props,
             *map(id, props.values()),
@@ -462,19 +464,23 @@ class PrimitiveOp(IRDLOperation):
             *attrs,
             *map(id, attrs.values()),
         )
-        known = ids in _VERIFIED_IDS
-        if not known:
+        key = _VERIFIED_IDS.get(ids)
+        by_ids = key is not None
+        known = by_ids
+        if not by_ids:
             if any(
                 isinstance(a, DenseIntOrFPElementsAttr) and len(a.data.data) > _MEMO_DATA_MAX for a in props.values()
             ):
                 return super().verify(verify_nested_ops)  # not kept alive for a memo
+            otypes = tuple(v.type for v in operands)
+            rtypes = tuple(r.type for r in results)
             key = (cls, otypes, rtypes, tuple(props.items()), tuple(attrs.items()))
             known = key in _VERIFIED
         if known and self.next_op is not None:
             for v in operands:
                 if isinstance(v, ErasedSSAValue):
                     raise ValueError("Erased SSA value is used by the operation")
-            if ids not in _VERIFIED_IDS:
+            if not by_ids:
                 _remember(ids, key)
             return
         super().verify(verify_nested_ops)

@@ -138,8 +138,13 @@ def enclosing_replicate(op) -> ReplicateOp | None:
     rep = next((p for p in _parents(op) if isinstance(p, ReplicateOp)), None)
     if rep is None:
         return None
-    counts = [rep.properties.get("n"), rep.properties.get("num_cores_per_replica", IntegerAttr(1, i64))]
+    counts = (rep.properties.get("n"), rep.properties.get("num_cores_per_replica", _ONE_CORE))
     return rep if all(isinstance(c, IntegerAttr) and isinstance(c.value.data, int) for c in counts) else None
+
+
+_ONE_CORE = IntegerAttr(1, i64)
+"""``num_cores_per_replica``'s default (made once: xDSL checks an
+``IntegerAttr``'s range each time one is made)."""
 
 
 def host_context(op) -> str | None:
