@@ -66,22 +66,39 @@ def at(op: Operation) -> str:
 
 def is_string(t: Attribute) -> bool:
     """Whether ``t`` is a tensor of ``!hlo.string`` (or the element type itself)."""
-    if isa(t, TensorType):
-        t = t.element_type
-    return isa(t, StringType)
+    got = _STRING_TYPES.get(id(t))
+    if got is not None and got[0] is t:
+        return got[1]
+    e = t.element_type if isa(t, TensorType) else t
+    answer = isa(e, StringType)
+    if len(_STRING_TYPES) >= 4096:
+        _STRING_TYPES.clear()
+    _STRING_TYPES[id(t)] = (t, answer)  # the type kept: its id stays its own
+    return answer
+
+
+_STRING_TYPES: dict[int, tuple[Attribute, bool]] = {}
+"""``id`` of a type -> (the type, :func:`is_string` of it): a program's
+values share a few type objects, and the passes ask of every value."""
 
 
 def has_string_values(op: Operation) -> bool:
     """Whether ``op`` has an operand or a result of string element type."""
-    return any(is_string(v.type) for v in (*op.operands, *op.results))
+    for v in op.operands:
+        if is_string(v.type):
+            return True
+    for r in op.results:
+        if is_string(r.type):
+            return True
+    return False
 
 
 def enclosing(op: Operation, cls: type[OpT]) -> OpT | None:
     """The closest proper ancestor of ``op`` that is a ``cls``, if any."""
     p = op.parent_op()
     while p is not None:
-        if isinstance(p, cls):
-            return p
+        if isa(p, cls):
+            return p  # type: ignore[return-value]
         p = p.parent_op()
     return None
 
@@ -99,7 +116,7 @@ def defined_inside(value: SSAValue, op: Operation) -> bool:
 
 def in_cluster(op: Operation) -> bool:
     """Whether ``op`` is a ``tpu.outside_compilation`` or lies inside one."""
-    return isinstance(op, OutsideCompilationOp) or enclosing(op, OutsideCompilationOp) is not None
+    return isa(op, OutsideCompilationOp) or enclosing(op, OutsideCompilationOp) is not None
 
 
 def device_uses(value: SSAValue) -> list:
@@ -116,7 +133,7 @@ def dissolve_clusters(op: Operation) -> list[str]:
     boundary means nothing.  Returns the dissolved clusters' names, in
     program order."""
     names = []
-    for inner in [o for o in walk_ops(op) if o is not op and isinstance(o, OutsideCompilationOp)]:
+    for inner in [o for o in walk_ops(op)[1:] if isa(o, OutsideCompilationOp)]:
         names.append(inner.cluster.data)
         block = inner.parent_block()
         assert block is not None

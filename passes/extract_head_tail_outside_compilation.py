@@ -160,7 +160,7 @@ def _merge_into_producers(block: Block, computable: HostComputable) -> None:
     receives them with ``A``'s, and ``B``'s channels are gone.  TF's bridge
     gets the same count by emitting no send for a host compute without
     device operands."""
-    clusters = [o for o in block.ops if isinstance(o, OutsideCompilationOp)]
+    clusters = [o for o in block.ops if isa(o, OutsideCompilationOp)]
     for b in clusters:
         if b.parent is not block or has_side_effects(b):
             continue
@@ -224,7 +224,7 @@ def _merge(a: OutsideCompilationOp, b: OutsideCompilationOp) -> OutsideCompilati
 
 def _extract(rep: ReplicateOp, computable: HostComputable) -> None:
     body = rep.body.block
-    if not any(isinstance(o, OutsideCompilationOp) for o in body.ops):
+    if not any(isa(o, OutsideCompilationOp) for o in body.ops):
         return  # only top-level clusters move: nothing to look at
     heads, tails = _Split(body, computable).solve()
     if not heads and not tails:

@@ -99,12 +99,12 @@ def _on_device(op: Operation) -> bool:
     return rep is not None and not rep.on_host
 
 
-def _has_host_op_on_device(module: Operation) -> bool:
-    """Whether some op would move (what ``WrapHostOps`` matches): one walk,
-    asking :func:`_on_device` once per block (ops of a block share their
+def _has_host_op_on_device(ops: list[Operation]) -> bool:
+    """Whether some op of ``ops`` (a module's, in walk order) would move
+    (what ``WrapHostOps`` matches), asking :func:`_on_device` once per block (ops of a block share their
     ancestors), so a program with nothing to move costs no rewrite."""
     on_device: dict[Block, bool] = {}
-    for o in walk_ops(module):
+    for o in ops:
         block = o.parent_block()
         here = on_device.get(block)  # type: ignore[arg-type]
         if here is None:
@@ -243,12 +243,14 @@ class MarkOutsideCompilation(ModulePass):
                         "place it in outside_compilation or allow soft placement"
                     )
             return
-        if _has_host_op_on_device(op):
-            taken = {c.cluster.data for c in walk_ops(op) if isa(c, OutsideCompilationOp)}
+        ops = walk_ops(op)
+        if _has_host_op_on_device(ops):
+            taken = {c.cluster.data for c in ops if isa(c, OutsideCompilationOp)}
             pattern = WrapHostOps(_ClusterNames(taken))
             PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)
+            ops = walk_ops(op)
         # Clusters in control flow that moved whole run on the host already.
-        clusters = [c for c in walk_ops(op) if isa(c, OutsideCompilationOp)]
+        clusters = [c for c in ops if isa(c, OutsideCompilationOp)]
         outer = [c for c in clusters if enclosing(c, OutsideCompilationOp) is None]
         for cluster in outer:
             dissolve_clusters(cluster)

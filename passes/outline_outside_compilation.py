@@ -448,13 +448,14 @@ class _DeviceSide:
         block.erase_op(op)
 
 
-def _check_clusters(module: ModuleOp) -> list[OutsideCompilationOp]:
-    """The structural errors of the pass, found before anything changes: a
-    cluster outside a device replicate, nested clusters, a repeated cluster
-    name.  Returns the clusters in program order."""
+def _check_clusters(ops: list[Operation]) -> list[OutsideCompilationOp]:
+    """The structural errors of the pass among a module's ``ops`` (in walk
+    order), found before anything changes: a cluster outside a device
+    replicate, nested clusters, a repeated cluster name.  Returns the
+    clusters in program order."""
     seen: dict[str, OutsideCompilationOp] = {}
     clusters = []
-    for op in walk_ops(module):
+    for op in ops:
         if not isa(op, OutsideCompilationOp):
             continue
         outer = enclosing(op, OutsideCompilationOp)
@@ -551,8 +552,9 @@ class OutlineOutsideCompilation(ModulePass):
     name = "tpu-outline-outside-compilation"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        clusters = _check_clusters(op)
-        reps = [r for r in walk_ops(op) if isa(r, ReplicateOp) and not r.on_host]
+        ops = walk_ops(op)  # read before anything changes
+        clusters = _check_clusters(ops)
+        reps = [r for r in ops if isa(r, ReplicateOp) and not r.on_host]
         computable = HostComputable()
         plans = _analyze(clusters, computable)
         held_of = {c: plans[c].held for c in clusters}

@@ -148,7 +148,10 @@ class Executable:
             for o in reps
             if o.on_host
         }
-        for o in walk_ops(self.replicate) if self.replicate is not None else ():
+        # The device program's ops, walked once for the checks and the
+        # analyses below (the IR does not change while this is built).
+        body_ops = walk_ops(self.replicate) if self.replicate is not None else []
+        for o in body_ops:
             if isa(o, tpu.OutsideCompilationOp):
                 raise ValueError(
                     f"tpu.outside_compilation cluster '{o.cluster.data}' was not outlined; "
@@ -199,8 +202,8 @@ class Executable:
         )
         # Large matmuls split over xtpu's own threads, BLAS on one
         # (runtime/blas_budget.py, dialects/intra_op.py).
-        self._split = self.replicate is not None and _has_large_matmul(self.replicate)
-        self._blas = self.replicate is not None and _uses_blas(self.replicate)
+        self._split = self.replicate is not None and _has_large_matmul(body_ops)
+        self._blas = self.replicate is not None and _uses_blas(body_ops)
         # One kernel tuple per participant p = r * C + c (built below).
         self.device_kernels = _ParticipantKernels(
             self.num_replicas * self.num_cores,
@@ -228,15 +231,17 @@ class Executable:
             if communicator is not None
             else None
             if alone
-            else sequential.ineligible(self.replicate, self.num_cores, bool(self.host_fns))
+            else sequential.ineligible(self.replicate, self.num_cores, bool(self.host_fns), body_ops)
         )
         # Several replicas may share a thread while others run in other
         # threads only when no collective sits in a region.
         self._groups_ok = (
-            self._sequential_reason is None and not alone and not sequential.collectives_in_regions(self.replicate)
+            self._sequential_reason is None
+            and not alone
+            and not sequential.collectives_in_regions(self.replicate, body_ops)
         )
         self._preferred_threads = (
-            sequential.preferred_threads(self.replicate, self.num_replicas, blas_budget.cores())
+            sequential.preferred_threads(self.replicate, self.num_replicas, blas_budget.cores(), body_ops)
             if self._sequential_reason is None
             else self.num_replicas
         )
@@ -1290,22 +1295,21 @@ def _all_reduced_outputs(exe: Executable) -> list | None:
     return out if any(d is not None for d in out) else None
 
 
-def _uses_blas(replicate: Operation) -> bool:
-    """Whether a kernel in ``replicate`` may call BLAS or LAPACK (whose
-    thread count blas_budget sets for a run): a ``dot_general``, a
-    ``convolution`` or a linear-algebra op (dialects/hlo_linalg.py)."""
-    return any(
-        isa(op, (hlo.DotGeneralOp, ConvolutionOp)) or type(op).__module__ == hlo_linalg.__name__
-        for op in walk_ops(replicate)
-    )
+def _uses_blas(ops: Sequence[Operation]) -> bool:
+    """Whether a kernel of ``ops`` (a replicate's, ``walk_ops``) may call
+    BLAS or LAPACK (whose thread count blas_budget sets for a run): a
+    ``dot_general``, a ``convolution`` or a linear-algebra op
+    (dialects/hlo_linalg.py)."""
+    return any(isa(op, (hlo.DotGeneralOp, ConvolutionOp)) or type(op).__module__ == hlo_linalg.__name__ for op in ops)
 
 
-def _has_large_matmul(replicate: Operation) -> bool:
-    """Whether a ``dot_general`` or ``convolution`` in ``replicate`` has at
+def _has_large_matmul(ops: Sequence[Operation]) -> bool:
+    """Whether a ``dot_general`` or ``convolution`` of ``ops`` (a
+    replicate's, ``walk_ops``) has at
     least :data:`intra_op.MIN_WORK` multiply-adds (its result's elements
     times the size contracted for each: the contracting dimensions; the
     kernel's elements per output feature)."""
-    for op in walk_ops(replicate):
+    for op in ops:
         if isa(op, hlo.DotGeneralOp):
             lhs = TensorSpec.of_type(op.operands[0].type).shape
             k = math.prod(lhs[d] for d in op.params()["lhs_contracting_dimensions"])

@@ -106,19 +106,20 @@ def _setting() -> int:
     return inter_op.value()
 
 
-def ineligible(body: Operation, num_cores: int, has_host: bool) -> str | None:
+def ineligible(body: Operation, num_cores: int, has_host: bool, ops: Sequence[Operation] | None = None) -> str | None:
     """Why the replicate body ``body`` cannot run sequentially, or None.
 
     Args:
       body: the device ``tpu.replicate`` op.
       num_cores: logical cores per replica.
       has_host: the program has outside-compilation host functions.
+      ops: ``walk_ops(body)``, when the caller has it.
     """
     if num_cores > 1:
         return "its replicas are split over logical cores"
     if has_host:
         return "it has outside-compilation clusters"
-    for op in walk_ops(body):
+    for op in walk_ops(body) if ops is None else ops:
         if op is body:
             continue
         if isa(op, (tpu.SendToHostOp, tpu.RecvFromHostOp, InfeedDequeueTupleOp)):
@@ -143,12 +144,13 @@ HANDOFF_SECONDS = 100e-6
 SMALL_STEP_SECONDS = 2e-3
 
 
-def work(body: Operation) -> tuple[float, float]:
+def work(body: Operation, ops: Sequence[Operation] | None = None) -> tuple[float, float]:
     """(matmul floating-point operations, elements the other ops write)
     of one replica of ``body``: every op once (a loop body counts once),
-    collectives and constants not counted (both modes run them alike)."""
+    collectives and constants not counted (both modes run them alike);
+    ``ops``: ``walk_ops(body)``, when the caller has it."""
     flops = elements = 0.0
-    for op in walk_ops(body):
+    for op in walk_ops(body) if ops is None else ops:
         if op is body or isa(op, COLLECTIVES + CONSTANT_OPS) or op.regions:
             continue
         sizes = []
@@ -166,14 +168,15 @@ def work(body: Operation) -> tuple[float, float]:
     return flops, elements
 
 
-def collectives_in_regions(body: Operation) -> bool:
+def collectives_in_regions(body: Operation, ops: Sequence[Operation] | None = None) -> bool:
     """Whether a collective of ``body`` sits inside an ``hlo.if`` /
     ``hlo.while``: then the replicas run all in one thread or each in its
-    own, because every replica's predicate decides the region."""
-    return any(isa(op, COLLECTIVES) and op.parent_op() is not body for op in walk_ops(body))
+    own, because every replica's predicate decides the region; ``ops``:
+    ``walk_ops(body)``, when the caller has it."""
+    return any(isa(op, COLLECTIVES) and op.parent_op() is not body for op in (walk_ops(body) if ops is None else ops))
 
 
-def preferred_threads(body: Operation, replicas: int, cores: int) -> int:
+def preferred_threads(body: Operation, replicas: int, cores: int, ops: Sequence[Operation] | None = None) -> int:
     """The cost model (module doc): how many threads run the ``replicas``.
 
     * one thread when the whole step's work is small (every replica's
@@ -194,15 +197,17 @@ def preferred_threads(body: Operation, replicas: int, cores: int) -> int:
     at 8 replicas 0.83, 0.92 and 1.22 ms; 10 elementwise steps on 1e5
     floats at 2 replicas 0.58 ms on one thread, 0.40-0.43 on two, at 8
     replicas 3.4, 2.8 and 3.3 ms.
+
+    ``ops``: ``walk_ops(body)``, when the caller has it.
     """
     if replicas <= 1:  # one replica runs in one thread whatever its work
         return 1
-    flops, elements = work(body)
+    flops, elements = work(body, ops)
     t_other = elements * SECONDS_PER_ELEMENT
     t_blas = flops / BLAS_FLOPS_PER_CORE
     if replicas * (t_blas + t_other) <= SMALL_STEP_SECONDS and t_other <= max(HANDOFF_SECONDS, 0.25 * t_blas):
         return 1
-    if replicas <= cores or collectives_in_regions(body):
+    if replicas <= cores or collectives_in_regions(body, ops):
         return replicas
     return cores
 
