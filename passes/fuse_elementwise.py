@@ -255,9 +255,9 @@ def _drop_trailing_broadcasts(g: _Group) -> None:
     changed = True
     while changed:
         changed = False
-        inside = set(g.members)
+        inside = set(map(id, g.members))
         for m in list(g.members):
-            if isa(m, hlo.BroadcastInDimOp) and all(u.operation not in inside for u in m.results[0].uses):
+            if isa(m, hlo.BroadcastInDimOp) and all(id(u.operation) not in inside for u in m.results[0].uses):
                 g.members.remove(m)
                 changed = True
 
@@ -265,23 +265,23 @@ def _drop_trailing_broadcasts(g: _Group) -> None:
 def _outline(block: Block, members: list[Operation], kind: str) -> None:
     """Replace ``members`` (in block order) by one ``fusion.region`` put
     where the first was."""
-    inside = set(members)
-    inputs: dict[SSAValue, None] = {}  # in order, once each
+    inside = set(map(id, members))  # by id, as in fuse_block
+    inputs: dict[int, SSAValue] = {}  # in order, once each
     for m in members:
         for v in m.operands:
-            if v.owner not in inside:
-                inputs.setdefault(v)
-    outputs = [r for m in members for r in m.results if any(u.operation not in inside for u in r.uses)]
+            if id(v.owner) not in inside:
+                inputs.setdefault(id(v), v)
+    outputs = [r for m in members for r in m.results if any(id(u.operation) not in inside for u in r.uses)]
     if not outputs:  # dead ops: left as they are
         return
-    body = Block(arg_types=[v.type for v in inputs])
-    for a, v in zip(body.args, inputs):
+    body = Block(arg_types=[v.type for v in inputs.values()])
+    for a, v in zip(body.args, inputs.values()):
         a.name_hint = v.name_hint
     # ``create``: the generic constructor (``build`` checks each argument
     # against the op's definition: a third of this pass's time); the
     # module is verified after the pipeline.
     fused = FusionRegionOp.create(
-        operands=list(inputs),
+        operands=list(inputs.values()),
         result_types=[r.type for r in outputs],
         properties={"kind": StringAttr(kind)},
         regions=[Region(body)],
@@ -290,7 +290,7 @@ def _outline(block: Block, members: list[Operation], kind: str) -> None:
     fused.location = compute[0].location
     for r, new in zip(outputs, fused.results):
         for use in list(r.uses):
-            if use.operation not in inside:
+            if id(use.operation) not in inside:
                 use.operation.operands[use.index] = new
         if r.name_hint:
             new.name_hint = r.name_hint
@@ -299,11 +299,11 @@ def _outline(block: Block, members: list[Operation], kind: str) -> None:
     # filled before the region op joins the block (xDSL checks each op
     # added against the block's ancestors).
     before = members[0].prev_op
-    mapping: dict[SSAValue, SSAValue] = dict(zip(inputs, body.args))
+    mapping: dict[int, SSAValue] = dict(zip(inputs, body.args))
     for m in members:
         m.detach()
         for i, v in enumerate(m.operands):
-            arg = mapping.get(v)
+            arg = mapping.get(id(v))
             if arg is not None:
                 m.operands[i] = arg
         body.add_op(m)

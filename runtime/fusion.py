@@ -119,13 +119,30 @@ def inner_op(frame_or_tb: Any) -> Operation | None:
 
 def value_key(v: SSAValue) -> tuple[tuple[int, ...], Any] | None:
     """``(shape, numpy dtype)`` of a value of static shape, else None."""
+    t = v.type
+    got = _VALUE_KEYS.get(id(t))
+    if got is not None and got[0] is t:
+        return got[1]
+    key = _type_key(t)
+    if len(_VALUE_KEYS) >= 4096:
+        _VALUE_KEYS.clear()
+    _VALUE_KEYS[id(t)] = (t, key)  # the type kept: its id stays its own
+    return key
+
+
+def _type_key(t: Any) -> tuple[tuple[int, ...], Any] | None:
     try:
-        spec = TensorSpec.of_type(v.type)
+        spec = TensorSpec.of_type(t)
     except (ValueError, TypeError):
         return None
     if any(d < 0 for d in spec.shape) or spec.dtype == "string":
         return None
     return tuple(spec.shape), numpy_dtype(spec.dtype)
+
+
+_VALUE_KEYS: dict[int, tuple[Any, tuple[tuple[int, ...], Any] | None]] = {}
+"""``id`` of a type -> (the type, :func:`value_key` of its values): a
+program's values share a few type objects."""
 
 
 def _out_kernel(o: Operation) -> Callable[..., Any] | None:
