@@ -23,6 +23,7 @@ from xtpu.dialects.hlo_indexing import GatherOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.passes import DEFAULT_PIPELINE
 from xtpu.runtime import buffers
+from xtpu.runtime import fusion as fusion_rt
 from xtpu.runtime.buffers import assign
 
 UNFUSED = ",".join(DEFAULT_PIPELINE)
@@ -192,6 +193,36 @@ def test_outputs_kept_across_calls_are_never_overwritten(replicas):
         c([[x, w] for x in xs])
     for v, a in zip(views, again):  # only a view alive: its array is not reused either
         np.testing.assert_array_equal(v, a)
+
+
+def test_a_compile_maps_no_step_buffers_the_first_call_does(monkeypatch):
+    """``compile()`` builds the first worker's kernels (to check them) but
+    maps none of the step's buffers or a fused kernel's scratch: the first
+    call makes them, and every call gives numpy's step."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((512, 256)) * 0.05).astype(np.float32)
+    x = rng.standard_normal((128, 512)).astype(np.float32)
+    made = []
+    real = buffers.kept_array
+
+    def counting(shape, dtype):
+        made.append(int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        return real(shape, dtype)
+
+    monkeypatch.setattr(buffers, "kept_array", counting)
+    monkeypatch.setattr(fusion_rt, "kept_array", counting)
+    c = xtpu.lower(_step, [[x, w]]).compile()
+    plan = c.executable.device_plan
+    assert plan.buffer_sets, "the step has planned buffers"
+    assert all(isinstance(b.arrays, buffers._Unmade) for b in plan.buffer_sets)
+    assert made == []
+    for _ in range(2):
+        out = c([[x, w]])
+        hs, new_w = _numpy_step([x], w)
+        np.testing.assert_allclose(out[0][0], hs[0], rtol=2e-5, atol=2e-6)
+        np.testing.assert_allclose(out[0][1], new_w, rtol=2e-5, atol=2e-5)
+    assert all(isinstance(b.arrays, list) for b in plan.buffer_sets)
+    assert max(made) >= buffers.MIN_BYTES  # the step's buffers, mapped at its first call
 
 
 def _block_step(x, w1, w2):
