@@ -37,6 +37,7 @@ from xdsl.traits import OpTrait
 from xdsl.utils.exceptions import VerifyException
 
 from xtpu.dialects import dense_syntax
+from xtpu.dialects.by_identity import memo
 from xtpu.dialects.tensor_spec import TensorSpec, dtype_of_numpy, numpy_dtype
 
 # Float dense<...> attributes print and parse bit for bit (inf, nan, -0.0):
@@ -74,27 +75,6 @@ class Param:
         raise NotImplementedError
 
 
-_DECODED: dict[tuple[int, type], tuple[Attribute, Any]] = {}
-"""Values decoded from an attribute object, by its identity and the codec's
-class, each with the attribute (which keeps its id its own).  Emptied when
-full."""
-
-
-def _decoded(codec: Param, attr: Attribute, decode: Callable[[Attribute], Any]) -> Any:
-    """``decode(attr)``, once per attribute object (attributes are
-    immutable, and tracing shares equal ones: :class:`IntArrayParam`,
-    :func:`dense_from_array`); for values that are immutable too."""
-    key = (id(attr), type(codec))
-    got = _DECODED.get(key)
-    if got is not None and got[0] is attr:
-        return got[1]
-    value = decode(attr)
-    if len(_DECODED) >= 4096:
-        _DECODED.clear()
-    _DECODED[key] = (attr, value)
-    return value
-
-
 class IntArrayParam(Param):
     """A tuple of ints, stored as ``array<i64: ...>``; one attribute per
     distinct tuple (attributes are immutable: the ops that share
@@ -110,7 +90,8 @@ class IntArrayParam(Param):
         return attr
 
     def decode(self, attr: Attribute) -> tuple[int, ...]:
-        return _decoded(self, attr, self._decode)
+        # Once per attribute object (encode makes one per value).
+        return memo(_INT_ARRAY_VALUES, attr, self._decode)
 
     @staticmethod
     def _decode(attr: Attribute) -> tuple[int, ...]:
@@ -119,6 +100,7 @@ class IntArrayParam(Param):
 
 
 _INT_ARRAYS: dict[tuple[int, ...], DenseArrayBase] = {}
+_INT_ARRAY_VALUES: dict[int, tuple[Attribute, tuple[int, ...]]] = {}
 
 
 class IntParam(Param):
@@ -183,7 +165,8 @@ class GroupsParam(Param):
         return dense_from_array(arr)
 
     def decode(self, attr: Attribute) -> tuple[tuple[int, ...], ...]:
-        return _decoded(self, attr, self._decode)
+        # Once per attribute object (dense_from_array makes one per small value).
+        return memo(_GROUPS_VALUES, attr, self._decode)
 
     @staticmethod
     def _decode(attr: Attribute) -> tuple[tuple[int, ...], ...]:
@@ -191,6 +174,9 @@ class GroupsParam(Param):
         if arr.size == 0:  # no groups, or empty groups: reshape(-1) cannot infer
             return tuple(() for _ in range(arr.shape[0] if arr.ndim else 0))
         return tuple(tuple(int(v) for v in row) for row in arr.reshape(arr.shape[0], -1))
+
+
+_GROUPS_VALUES: dict[int, tuple[Attribute, tuple[tuple[int, ...], ...]]] = {}
 
 
 class PairsParam(GroupsParam):

@@ -21,6 +21,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.traits import IsTerminator
 from xdsl.utils.exceptions import DiagnosticException
 
+from xtpu.dialects.by_identity import memo
 from xtpu.dialects.fusion import FusionRegionOp
 from xtpu.dialects.ir_walk import isa, walk_ops
 from xtpu.dialects.primitive import PrimitiveOp
@@ -66,20 +67,16 @@ def at(op: Operation) -> str:
 
 def is_string(t: Attribute) -> bool:
     """Whether ``t`` is a tensor of ``!hlo.string`` (or the element type itself)."""
-    got = _STRING_TYPES.get(id(t))
-    if got is not None and got[0] is t:
-        return got[1]
-    e = t.element_type if isa(t, TensorType) else t
-    answer = isa(e, StringType)
-    if len(_STRING_TYPES) >= 4096:
-        _STRING_TYPES.clear()
-    _STRING_TYPES[id(t)] = (t, answer)  # the type kept: its id stays its own
-    return answer
+    return memo(_STRING_TYPES, t, _is_string)
+
+
+def _is_string(t: Attribute) -> bool:
+    return isa(t.element_type if isa(t, TensorType) else t, StringType)
 
 
 _STRING_TYPES: dict[int, tuple[Attribute, bool]] = {}
-"""``id`` of a type -> (the type, :func:`is_string` of it): a program's
-values share a few type objects, and the passes ask of every value."""
+""":func:`is_string` per type object: a program's values share a few type
+objects, and the passes ask of every value."""
 
 
 def has_string_values(op: Operation) -> bool:

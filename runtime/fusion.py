@@ -37,6 +37,7 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from xtpu.dialects import bfloat16 as B16
+from xtpu.dialects.by_identity import memo
 from xtpu.dialects.fusion import FusionRegionOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
@@ -119,15 +120,7 @@ def inner_op(frame_or_tb: Any) -> Operation | None:
 
 def value_key(v: SSAValue) -> tuple[tuple[int, ...], Any] | None:
     """``(shape, numpy dtype)`` of a value of static shape, else None."""
-    t = v.type
-    got = _VALUE_KEYS.get(id(t))
-    if got is not None and got[0] is t:
-        return got[1]
-    key = _type_key(t)
-    if len(_VALUE_KEYS) >= 4096:
-        _VALUE_KEYS.clear()
-    _VALUE_KEYS[id(t)] = (t, key)  # the type kept: its id stays its own
-    return key
+    return memo(_VALUE_KEYS, v.type, _type_key)
 
 
 def _type_key(t: Any) -> tuple[tuple[int, ...], Any] | None:
@@ -141,8 +134,8 @@ def _type_key(t: Any) -> tuple[tuple[int, ...], Any] | None:
 
 
 _VALUE_KEYS: dict[int, tuple[Any, tuple[tuple[int, ...], Any] | None]] = {}
-"""``id`` of a type -> (the type, :func:`value_key` of its values): a
-program's values share a few type objects."""
+""":func:`value_key` per type object: a program's values share a few type
+objects."""
 
 
 def _out_kernel(o: Operation) -> Callable[..., Any] | None:

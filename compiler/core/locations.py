@@ -14,6 +14,7 @@ import numpy as np
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, StringAttr
 
 import xtpu.dialects  # noqa: F401 - its folder is one of xtpu's own (_PKG_DIRS)
+from xtpu.dialects.by_identity import memo
 from xtpu.dialects.locations import format_location
 
 _PKG_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (sys.modules["xtpu.dialects"],)) + (
@@ -43,10 +44,16 @@ def is_user_frame(filename: str) -> bool:
 
 
 _USER_CODE: dict[int, tuple[Any, bool]] = {}
-"""``id`` of a code object -> (the code object, whether its frames are the
-user's: :func:`is_user_frame`).  By identity: a code object's hash is
-worked out from its contents at every lookup (its constants' tuple
-included), and a trace looks up about ten frames per op."""
+"""Whether a code object's frames are the user's (:func:`is_user_frame`),
+per code object (by identity: a code object hashes its contents, its
+constants included, at every lookup, and a trace asks of about ten frames
+an op)."""
+
+
+def _is_user_code(code: Any) -> bool:
+    return is_user_frame(code.co_filename)
+
+
 _LOCATIONS: dict[tuple[str, int], FileLineColLoc] = {}
 """One location attribute per user line (attributes are immutable: the ops
 of a line share it, as MLIR's uniqued attributes)."""
@@ -58,16 +65,8 @@ def user_location() -> FileLineColLoc | None:
     f = sys._getframe(1)
     user_code = _USER_CODE
     while f is not None:
-        code = f.f_code
-        got = user_code.get(id(code))
-        if got is not None and got[0] is code:
-            mine = got[1]
-        else:
-            if len(user_code) > 65536:
-                user_code.clear()
-            mine = is_user_frame(code.co_filename)
-            user_code[id(code)] = (code, mine)  # the code kept: its id stays its own
-        if mine:
+        if memo(user_code, f.f_code, _is_user_code, 65536):
+            code = f.f_code
             key = (code.co_filename, f.f_lineno)
             loc = _LOCATIONS.get(key)
             if loc is None:

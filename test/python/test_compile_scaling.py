@@ -218,3 +218,55 @@ def test_equal_dimension_tuples_share_one_attribute():
     assert a.properties["lhs_batching_dimensions"] is a.properties["rhs_batching_dimensions"]
     assert a.params()["lhs_batching_dimensions"] == ()
     assert "contracting_dims = [1] x [0]" in str(a)
+
+
+def test_integer_and_enum_parameters_share_one_attribute_and_decode_as_parsed():
+    # Tracing makes one IntegerAttr per int parameter value and one
+    # attribute per enum member (xDSL checks an IntegerAttr's range each
+    # time one is made); a parsed op, whose attributes are its own,
+    # decodes to the same parameters.
+    from xtpu.dialects import ccl
+
+    def f(x):
+        return xtpu.cross_replica_sum(x) + xtpu.cross_replica_sum(x * 2.0)
+
+    c = xtpu.lower(f, [[np.ones(3, np.float32)], [np.ones(3, np.float32)]]).compile()
+    ars = [op for op in c.module.walk() if isinstance(op, ccl.AllReduceOp)]
+    assert len(ars) == 1  # combined
+    parsed = [op for op in parse_module(c.as_text()).walk() if isinstance(op, ccl.AllReduceOp)]
+    assert parsed[0].params() == ars[0].params()
+    assert ars[0].params()["replica_groups"] == ((0, 1),) and ars[0].params()["computation"] == "add"
+    a = ccl.AllReduceOp.make([ars[0].operands[0]], replica_groups=((0, 1),), computation="add", channel_id=7)
+    b = ccl.AllReduceOp.make([ars[0].operands[0]], replica_groups=((0, 1),), computation="add", channel_id=7)
+    assert a.properties["channel_id"] is b.properties["channel_id"]
+    assert a.properties["computation"] is b.properties["computation"]
+    assert a.params()["channel_id"] == 7
+
+
+def test_memo_by_identity_computes_once_per_object_and_never_confuses_two():
+    from xtpu.dialects.by_identity import memo
+
+    calls = []
+
+    def compute(t):
+        calls.append(t)
+        return t.value * 2
+
+    class Box:
+        def __init__(self, value):
+            self.value = value
+
+    table: dict = {}
+    a, b = Box(1), Box(1)
+    assert memo(table, a, compute) == 2 and memo(table, a, compute) == 2
+    assert calls == [a]
+    assert memo(table, b, compute) == 2 and calls == [a, b]  # equal but another object
+    # An id reused by a new object after the first died is not a hit:
+    # the table keeps its objects alive, so the id cannot be reused.
+    ids = {id(a), id(b)}
+    del a, b
+    c = Box(5)
+    assert id(c) not in ids and memo(table, c, compute) == 10
+    for k in range(10):  # emptied when full
+        memo(table, Box(k), compute, limit=4)
+    assert len(table) <= 4
