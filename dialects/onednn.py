@@ -43,6 +43,7 @@ import os
 import site
 import sys
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -101,9 +102,25 @@ def _load() -> None:
             fn.argtypes += [ctypes.c_float, _PTR, _I64]
             fn.restype = ctypes.c_int
             gomp.omp_set_num_threads.argtypes = [ctypes.c_int]
+            if not _runs(fn):
+                # oneDNN's bfloat16 GEMM needs AVX-512 (status 3,
+                # dnnl_unimplemented, on an AMD EPYC without it): products
+                # are then widened for numpy's BLAS, as without oneDNN.
+                _log.debug("oneDNN at %s has no bfloat16 GEMM for this CPU", path)
+                continue
             _gemm, _set_threads = fn, gomp.omp_set_num_threads
             break
         _tried = True
+
+
+def _runs(fn: Any) -> bool:
+    """Whether ``fn`` (``dnnl_gemm_bf16bf16f32``) computes a [1, 1] @ [1, 1]
+    product on this CPU: it returns ``dnnl_unimplemented`` (3) where the
+    CPU lacks the instructions its bfloat16 kernels need."""
+    one = np.ones((1, 1), np.uint16) * 0x3F80  # bfloat16 1.0
+    out = np.zeros((1, 1), np.float32)
+    status = fn(b"N", b"N", 1, 1, 1, 1.0, one.ctypes.data, 1, one.ctypes.data, 1, 0.0, out.ctypes.data, 1)
+    return status == 0 and out[0, 0] == 1.0
 
 
 def available() -> bool:
