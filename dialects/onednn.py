@@ -102,6 +102,8 @@ def _load() -> None:
             fn.argtypes += [ctypes.c_float, _PTR, _I64]
             fn.restype = ctypes.c_int
             gomp.omp_set_num_threads.argtypes = [ctypes.c_int]
+            gomp.omp_set_num_threads(1)  # this thread's OpenMP ICV, as gemm() sets it
+            _tls.one_thread = True
             if not _runs(fn):
                 # oneDNN's bfloat16 GEMM needs AVX-512 (status 3,
                 # dnnl_unimplemented, on an AMD EPYC without it): products
@@ -117,15 +119,17 @@ def _runs(fn: Any) -> bool:
     """Whether ``fn`` (``dnnl_gemm_bf16bf16f32``) computes a [1, 1] @ [1, 1]
     product on this CPU: it returns ``dnnl_unimplemented`` (3) where the
     CPU lacks the instructions its bfloat16 kernels need."""
-    one = np.ones((1, 1), np.uint16) * 0x3F80  # bfloat16 1.0
+    one = np.full((1, 1), 0x3F80, np.uint16)  # bfloat16 1.0
     out = np.zeros((1, 1), np.float32)
     status = fn(b"N", b"N", 1, 1, 1, 1.0, one.ctypes.data, 1, one.ctypes.data, 1, 0.0, out.ctypes.data, 1)
     return status == 0 and out[0, 0] == 1.0
 
 
 def available() -> bool:
-    """Whether oneDNN's bfloat16 GEMM is loaded (loading it on the first
-    call: about 6 ms); False with ``XTPU_NO_ONEDNN=1`` (:data:`DISABLED`)."""
+    """Whether oneDNN's bfloat16 GEMM is loaded and runs on this CPU
+    (loading it and computing a [1, 1] product on the first call: about
+    6 ms); False with ``XTPU_NO_ONEDNN=1`` (:data:`DISABLED`) or where the
+    CPU lacks AVX-512 (:func:`_runs`)."""
     if DISABLED:
         return False
     if not _tried:
