@@ -12,6 +12,7 @@ are in :mod:`xtpu.dialects.hlo_host`, and the dialect is assembled in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -1298,23 +1299,34 @@ class DotGeneralOp(PrimitiveOp):
         bfloat16 operands give a float32 result (exact products, float32
         sums: :func:`xtpu.dialects.intra_op.matmul`)."""
         lb, rb, lc, rc = list(lb), list(rb), list(lc), list(rc)
-        if not lb and len(lc) == 1 and len(rc) == 1:
-            l_c, r_c = lc[0], rc[0]
+        if lb == rb and lb in ([], [0]) and len(lc) == 1 and len(rc) == 1:
+            # Matrices, or a stack of them on a leading batching dimension
+            # (a batched program's replica axis): each matrix the same BLAS
+            # call either way, so a replica's product is bit for bit the
+            # unbatched program's.
+            nb, l_c, r_c = len(lb), lc[0], rc[0]
+            general = None if not lb else cls._general(lb, rb, lc, rc)
 
             def matmul_2d(x, y, out=None):
                 # Transposed views keep BLAS's no-copy transpose flags.
-                if x.ndim == 2 and y.ndim == 2:
-                    return intra_op.matmul(x if l_c == 1 else x.T, y if r_c == 0 else y.T, out=out)
-                if y.ndim == 2 and l_c == x.ndim - 1 and x.flags.c_contiguous and x.size:
-                    # [..., K] @ W: one 2-D product of every leading row (a
-                    # batched program's replica axis is one of them), W's
-                    # transpose a BLAS flag as above, not a copy.
-                    rows = x.reshape(-1, x.shape[-1])
-                    w = y if r_c == 0 else y.T
+                if x.ndim == nb + 2 and y.ndim == nb + 2:
+                    return intra_op.matmul(
+                        x if l_c == nb + 1 else np.swapaxes(x, -1, -2),
+                        y if r_c == nb else np.swapaxes(y, -1, -2),
+                        out=out,
+                    )
+                if y.ndim == nb + 2 and l_c == x.ndim - 1 and x.flags.c_contiguous and x.size:
+                    # [..., K] @ W: one 2-D product of every leading row
+                    # (of each matrix of a stack), W's transpose a BLAS
+                    # flag as above, not a copy.
+                    rows = x.reshape(*x.shape[:nb], -1, x.shape[-1])
+                    w = y if r_c == nb else np.swapaxes(y, -1, -2)
                     if out is not None and out.flags.c_contiguous:
-                        intra_op.matmul(rows, w, out=out.reshape(rows.shape[0], w.shape[1]))
+                        intra_op.matmul(rows, w, out=out.reshape(*rows.shape[:-1], w.shape[-1]))
                         return out
-                    r = intra_op.matmul(rows, w).reshape(x.shape[:-1] + (w.shape[1],))
+                    r = intra_op.matmul(rows, w).reshape(x.shape[:-1] + (w.shape[-1],))
+                elif general is not None:
+                    return general(x, y, out)
                 else:
                     if x.dtype == B16.BF16:  # numpy's tensordot has no bfloat16 GEMM
                         x, y = B16.widen(x), B16.widen(y)
@@ -1325,16 +1337,22 @@ class DotGeneralOp(PrimitiveOp):
                 return out
 
             return matmul_2d
+        return cls._general(lb, rb, lc, rc)
+
+    @classmethod
+    def _general(cls, lb, rb, lc, rc) -> Callable[..., Any]:
+        """The contraction as one stacked ``matmul`` of ``[b, m, k] @ [b, k,
+        n]`` (batching, free and contracting dimensions each flattened)."""
 
         def run(x, y, out=None):
             x, y = np.asarray(x), np.asarray(y)
             lf = cls._free(x.ndim, lb, lc)
             rf = cls._free(y.ndim, rb, rc)
             bshape = [x.shape[d] for d in lb]
-            m = int(np.prod([x.shape[d] for d in lf], dtype=np.int64))
-            n = int(np.prod([y.shape[d] for d in rf], dtype=np.int64))
-            k = int(np.prod([x.shape[d] for d in lc], dtype=np.int64))
-            b = int(np.prod(bshape, dtype=np.int64))
+            m = math.prod(x.shape[d] for d in lf)
+            n = math.prod(y.shape[d] for d in rf)
+            k = math.prod(x.shape[d] for d in lc)
+            b = math.prod(bshape)
             xm = np.transpose(x, lb + lf + lc).reshape(b, m, k)
             ym = np.transpose(y, rb + rc + rf).reshape(b, k, n)
             if out is not None:

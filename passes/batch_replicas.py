@@ -17,10 +17,11 @@ replica gets as one array, and what is computed from those only).
 * ``broadcast_in_dim``, ``reshape``, ``transpose``, ``reverse``,
   ``slice``, ``pad``, ``concatenate``, ``reduce``, ``variadic_reduce``,
   ``reduce_window``: their dimensions shifted by one;
-* ``dot_general``: the replica axis is one more batching dimension, or,
-  when one side is unbatched (a mirrored weight), one more free dimension
-  of the other side (``[k, B, D] @ [D, F]`` is one product of ``k * B``
-  rows), moved to the front by a transpose where needed;
+* ``dot_general``: the replica axis is one more batching dimension of both
+  sides, an unbatched side (a mirrored weight) broadcast (a stride-0
+  view): ``[k, B, D] @ [D, F]`` is ``k`` BLAS products of ``B`` rows, each
+  the unbatched program's call (one product of ``k * B`` rows would not
+  be: a BLAS may round a row differently among more rows);
 * ``gather`` and ``scatter``: StableHLO's batching dimensions (a gather
   from an unbatched table: one more index batch dimension);
 * collectives (``ccl.*``): the same op on stacked values; when every
@@ -325,29 +326,20 @@ def _reduce(b: _Builder, op, operands, p):
 
 
 def _dot_general(b: _Builder, op, operands, p):
+    # The replica axis is one more batching dimension, the first, of both
+    # sides; an unbatched side (a mirrored weight) is stacked as a
+    # broadcast (a stride-0 view, not a copy).  Each replica's product is
+    # then its own BLAS call on the same matrices as the unbatched
+    # program's: ``[k, B, D] @ [D, F]`` is ``k`` products of ``B`` rows,
+    # not one of ``k * B`` rows, whose rows a BLAS may round differently
+    # (OpenBLAS's float32 GEMM does: a row's bits depend on its place in
+    # the call's row blocks).
     (x, fx), (y, fy) = operands
-    nb = len(p["lhs_batching_dimensions"])
-    if fx and fy:  # the replica axis: one more batching dimension, the first
-        p["lhs_batching_dimensions"] = (0, *_shift(p["lhs_batching_dimensions"]))
-        p["rhs_batching_dimensions"] = (0, *_shift(p["rhs_batching_dimensions"]))
-        p["lhs_contracting_dimensions"] = _shift(p["lhs_contracting_dimensions"])
-        p["rhs_contracting_dimensions"] = _shift(p["rhs_contracting_dimensions"])
-        return b.add(type(op).make([x, y], **p))
-    # One side the same for every replica (a mirrored weight): the replica
-    # axis is one more free dimension of the other side, so ``[k, B, D] @
-    # [D, F]`` is one product of ``k * B`` rows, not ``k`` products; the
-    # result's dimensions are batch, lhs free, rhs free: the replica axis is
-    # moved to the front when it is not there.
-    side = "lhs" if fx else "rhs"
-    p[f"{side}_batching_dimensions"] = _shift(p[f"{side}_batching_dimensions"])
-    p[f"{side}_contracting_dimensions"] = _shift(p[f"{side}_contracting_dimensions"])
-    new = b.add(type(op).make([x, y], **p))
-    rank = len(_spec(new.results[0]).shape)
-    at = nb if fx else nb + len(_spec(x).shape) - nb - len(p["lhs_contracting_dimensions"])
-    if at == 0:
-        return new
-    perm = (at, *[d for d in range(rank) if d != at])
-    return b.add(hlo.TransposeOp.make([new.results[0]], permutation=perm))
+    for key in ("lhs_batching_dimensions", "rhs_batching_dimensions"):
+        p[key] = (0, *_shift(p[key]))
+    for key in ("lhs_contracting_dimensions", "rhs_contracting_dimensions"):
+        p[key] = _shift(p[key])
+    return b.add(type(op).make([b.stacked(x, fx), b.stacked(y, fy)], **p))
 
 
 def _gather(b: _Builder, op, operands, p):

@@ -43,13 +43,7 @@ def run(fn, inputs, threads, batched=True):
     return out, plans
 
 
-def assert_bitwise(a, b, ulps=None):
-    """Each replica's results of ``a`` those of ``b``: dtypes and shapes
-    equal, and bit for bit; with ``ulps``, floating results only within
-    ``ulps`` float epsilons of the largest magnitude of their array in ``b``
-    (a dot product of length K reordered moves by at most about K epsilons
-    of its terms' magnitude; seen: 3.4e-7 of the magnitude, about 3
-    epsilons), integers still bit for bit."""
+def assert_bitwise(a, b):
     assert len(a) == len(b)
     for ra, rb in zip(a, b):
         ra = ra if isinstance(ra, (list, tuple)) else [ra]
@@ -57,41 +51,19 @@ def assert_bitwise(a, b, ulps=None):
         for x, y in zip(ra, rb):
             x, y = np.asarray(x), np.asarray(y)
             assert x.dtype == y.dtype and x.shape == y.shape
-            if ulps is None or x.dtype.kind != "f":
-                assert x.tobytes() == y.tobytes(), (x, y)
-            else:
-                scale = float(np.abs(y).max()) if y.size else 0.0
-                np.testing.assert_allclose(x, y, rtol=0, atol=ulps * np.finfo(x.dtype).eps * scale)
+            assert x.tobytes() == y.tobytes(), (x, y)
 
 
-def check(fn, inputs, threads=(1, 2), batched_plans=True, products_of_rows=False):
-    """Batched against replica by replica, bit for bit, on each thread count.
-
-    ``products_of_rows``: ``fn`` multiplies a batched operand by one weight
-    (``[k, B, D] @ W``, one BLAS product of ``k * B`` rows against ``k`` of
-    ``B``).  Where this machine's BLAS gives a row different bits among more
-    rows (:func:`blas_rows_depend_on_count`), the results agree to the
-    products' float rounding (:func:`assert_bitwise` with ``ulps``) instead."""
+def check(fn, inputs, threads=(1, 2), batched_plans=True):
+    """Batched against replica by replica, bit for bit, on each thread count."""
     for w in threads:
         want, plans0 = run(fn, inputs, w, batched=False)
         got, plans = run(fn, inputs, w)
         assert not any(isinstance(p, BatchedPlan) for p in plans0)
         sizes = [len(b) for b in _blocks(len(inputs), w)]
         assert [isinstance(p, BatchedPlan) for p in plans] == [batched_plans and s > 1 for s in sizes], plans
-        assert_bitwise(got, want, ulps=64 if products_of_rows and blas_rows_depend_on_count() else None)
+        assert_bitwise(got, want)
     return got
-
-
-def blas_rows_depend_on_count() -> bool:
-    """Whether numpy's BLAS gives a product's rows different bits when more
-    rows are multiplied in one call: OpenBLAS 0.3.31's float32 GEMM does on
-    an AMD EPYC (CPU family 25, Haswell kernels), not on the Intel machines
-    where batching was written.  Probed with the shapes of the transformer
-    step below: [64, 16] @ [16, 16] against four [16, 16] @ [16, 16]."""
-    g = np.random.default_rng(1)
-    a = g.standard_normal((64, 16)).astype(np.float32)
-    w = g.standard_normal((16, 16)).astype(np.float32)
-    return (a @ w).tobytes() != np.concatenate([a[i : i + 16] @ w for i in range(0, 64, 16)]).tobytes()
 
 
 def _blocks(n, w):
@@ -217,7 +189,7 @@ def test_the_transformer_step_is_batched_and_equal_bit_for_bit():
         [tokens[2 * r : 2 * r + 2], np.roll(tokens, 1)[2 * r : 2 * r + 2], *[params[k] for k in names]]
         for r in range(R)
     ]
-    check(step, inputs, products_of_rows=True)
+    check(step, inputs)
 
 
 def test_a_body_without_a_batching_rule_runs_replica_by_replica():

@@ -34,6 +34,29 @@ func.func @main(%x: tensor<2x3xf32>, %w: tensor<3x4xf32>) -> tensor<2x4xf32> {
 
 // -----
 
+// A dot_general with one side the same for every replica (a constant here,
+// a mirrored weight at run time): that side is broadcast (a stride-0 view)
+// and the replica axis is a batching dimension of both, so each replica's
+// product is its own BLAS call, the unbatched program's, not rows of one
+// product of k times the rows (which a BLAS may round differently).
+// CHECK-LABEL: func.func @batched_replicas_0(%x: tensor<4x2x3xf32>) -> (tensor<4x2x4xf32>, tensor<4x4x2xf32>)
+// CHECK-NEXT:    %w = hlo.constant dense<5.000000e-01> : tensor<4x3xf32>
+// CHECK-NEXT:    %[[W4:.*]] = hlo.broadcast_in_dim %w, dims = [1, 2] : (tensor<4x3xf32>) -> tensor<4x4x3xf32>
+// CHECK-NEXT:    %d = hlo.dot_general %x, %[[W4]], batching_dims = [0] x [0], contracting_dims = [2] x [2] : (tensor<4x2x3xf32>, tensor<4x4x3xf32>) -> tensor<4x2x4xf32>
+// CHECK-NEXT:    %e = hlo.dot_general %[[W4]], %x, batching_dims = [0] x [0], contracting_dims = [2] x [2] : (tensor<4x4x3xf32>, tensor<4x2x3xf32>) -> tensor<4x4x2xf32>
+// CHECK-NEXT:    func.return %d, %e : tensor<4x2x4xf32>, tensor<4x4x2xf32>
+func.func @main(%a: tensor<2x3xf32>) -> (tensor<2x4xf32>, tensor<4x2xf32>) {
+  %r, %q = tpu.replicate([%a] as %x: tensor<2x3xf32>) {n = 1 : i64} {
+    %w = hlo.constant dense<5.000000e-01> : tensor<4x3xf32>
+    %d = hlo.dot_general %x, %w, batching_dims = [] x [], contracting_dims = [1] x [1] : (tensor<2x3xf32>, tensor<4x3xf32>) -> tensor<2x4xf32>
+    %e = hlo.dot_general %w, %x, batching_dims = [] x [], contracting_dims = [1] x [1] : (tensor<4x3xf32>, tensor<2x3xf32>) -> tensor<4x2xf32>
+    tpu.yield %d, %e : tensor<2x4xf32>, tensor<4x2xf32>
+  }
+  func.return %r, %q : tensor<2x4xf32>, tensor<4x2xf32>
+}
+
+// -----
+
 // A fusion region is inlined and formed again on the batched ops; the
 // reduce's dimensions, the transpose's permutation and the slice's bounds
 // gain the replica axis.
