@@ -168,9 +168,12 @@ def all_reduce_of_rows(op: Operation, k: int, num_replicas: int, general: Callab
             or x.dtype.itemsize * (rows.size // k) > ROWS_REDUCE_BYTES
         ):
             return general(x)
-        out = np.array(fn.accumulate(rows, axis=0, dtype=x.dtype)[-1])  # a 0-d array for scalar rows
+        acc = fn.accumulate(rows, axis=0, dtype=x.dtype)
+        out = acc[k - 1 :].reshape(acc.shape[1:])  # the last row, a view (0-d for scalar rows), not a copy
+        if stacked:
+            return repeated(out, k)
         out.flags.writeable = False  # as an all-reduce's result is (runtime/communicator.py)
-        return repeated(out, k) if stacked else out
+        return out
 
     return run
 

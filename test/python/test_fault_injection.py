@@ -622,7 +622,7 @@ def test_no_threads_or_memory_leak_over_many_calls():
         with pytest.raises(HostComputeError):
             xtpu.tpu.replicate(lambda x: failing_step(x), scalars([1, 2.5]))
 
-    for _ in range(20):  # warm up: caches, the worker pool, the allocator's arenas
+    for _ in range(10):  # warm up: caches, the worker pool, the allocator's arenas
         one_round()
     gc.collect()
     base_threads = threading.active_count()

@@ -1,4 +1,4 @@
-"""The first use of xtpu from 8 threads at once (issue 25, item 1): 20 fresh
+"""The first use of xtpu from 8 threads at once (issue 25, item 1): 10 fresh
 interpreters, each starting 8 threads on replicate, lower/compile,
 TPUStrategy.run and xtpu.function together (first_use_threads.py); no
 error, no hang, and every thread's result equals the same call made alone."""
@@ -11,7 +11,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 SCRIPT = pathlib.Path(__file__).with_name("first_use_threads.py")
-RUNS = 20 * int(os.environ.get("XTPU_STRESS_SCALE", "1"))  # $XTPU_STRESS_SCALE=10: 200 interpreters
+RUNS = 10 * int(os.environ.get("XTPU_STRESS_SCALE", "1"))  # $XTPU_STRESS_SCALE=10: 100 interpreters
 
 
 def _run_once(i):
