@@ -1185,6 +1185,20 @@ class TransposeOp(PrimitiveOp):
         return [G.transpose(ct, G.inverse_permutation(permutation))]
 
 
+def _merges(a: np.ndarray, nb: int) -> bool:
+    """Whether the first ``nb`` dimensions of ``a`` merge into one without
+    a copy (each one's stride the next larger one's extent, size-1
+    dimensions aside)."""
+    expected = None
+    for i in range(nb - 1, -1, -1):
+        if a.shape[i] == 1:
+            continue
+        if expected is not None and a.strides[i] != expected:
+            return False
+        expected = a.strides[i] * a.shape[i]
+    return True
+
+
 @irdl_op_definition
 class DotGeneralOp(PrimitiveOp):
     """Batched tensor contraction (StableHLO spec: dot_general).
@@ -1353,10 +1367,19 @@ class DotGeneralOp(PrimitiveOp):
             n = math.prod(y.shape[d] for d in rf)
             k = math.prod(x.shape[d] for d in lc)
             b = math.prod(bshape)
-            xm = np.transpose(x, lb + lf + lc).reshape(b, m, k)
-            ym = np.transpose(y, rb + rc + rf).reshape(b, k, n)
+            if len(lb) > 1:
+                xm = np.transpose(x, lb + lf + lc).reshape(*bshape, m, k)
+                ym = np.transpose(y, rb + rc + rf).reshape(*bshape, k, n)
+                if _merges(xm, len(lb)) and _merges(ym, len(lb)):
+                    xm, ym = xm.reshape(b, m, k), ym.reshape(b, k, n)
+                # else numpy's stacking over the batching dimensions: an
+                # operand shared along one (a stride-0 broadcast: a
+                # batched program's mirrored weight) is not copied
+            else:
+                xm = np.transpose(x, lb + lf + lc).reshape(b, m, k)
+                ym = np.transpose(y, rb + rc + rf).reshape(b, k, n)
             if out is not None:
-                intra_op.matmul(xm, ym, out=out.reshape(b, m, n))
+                intra_op.matmul(xm, ym, out=out.reshape(*xm.shape[:-2], m, n))
                 return out
             return intra_op.matmul(xm, ym).reshape(bshape + [x.shape[d] for d in lf] + [y.shape[d] for d in rf])
 

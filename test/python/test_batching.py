@@ -93,7 +93,7 @@ def test_elementwise_broadcasts_reductions_and_layout_ops():
 @pytest.mark.parametrize("shared", ["none", "rhs", "lhs"])
 def test_dot_general_with_an_operand_shared_by_every_replica_or_not(shared):
     # A shared operand (the same array for every replica: a mirrored weight)
-    # runs unbatched: the replica axis becomes a free dimension of the other.
+    # runs unbatched, broadcast along the replica axis, a batching dimension.
     R = 4
     w = rng.standard_normal((8, 5)).astype(np.float32)
     a = rng.standard_normal((3, 8)).astype(np.float32)
@@ -115,6 +115,38 @@ def test_dot_general_with_an_operand_shared_by_every_replica_or_not(shared):
         np.testing.assert_allclose(out[r][0], m @ x if shared == "lhs" else x @ m, rtol=1e-5)
     _, plans = run(f, inputs, 1)
     assert plans[0].arg_batched == [True, shared == "none"]
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_a_shared_operand_with_batching_dimensions_of_its_own_is_not_copied(transpose_b, monkeypatch):
+    """A mirrored weight with a batching dimension of its own (per-head
+    weights): batched, the replica axis is one more batching dimension and
+    the weight a stride-0 broadcast, which reaches the product as a view
+    (numpy's stacking), not k copies; bit for bit the replica-by-replica
+    products."""
+    from xtpu.dialects import intra_op
+
+    R = 4
+    w = rng.standard_normal((2, 5, 8) if transpose_b else (2, 8, 5)).astype(np.float32)
+    inputs = [[rng.standard_normal((2, 3, 8)).astype(np.float32), w] for _ in range(R)]
+
+    def f(x, m):
+        return xtpu.matmul(x, m, transpose_b=transpose_b)
+
+    out = check(f, inputs)
+    for r in range(R):
+        np.testing.assert_allclose(out[r][0], inputs[r][0] @ (np.swapaxes(w, 1, 2) if transpose_b else w), rtol=1e-5)
+    seen = []
+    real = intra_op.matmul
+
+    def spy(x, y, out=None):
+        seen.append(y.strides[0])
+        return real(x, y, out=out)
+
+    monkeypatch.setattr(intra_op, "matmul", spy)
+    _, plans = run(f, inputs, 1)
+    assert plans[0].arg_batched == [True, False]
+    assert seen and all(s == 0 for s in seen), seen  # the replica axis of the weight: a broadcast
 
 
 def test_gather_and_its_gradient_scatter_with_a_shared_table_or_not():
