@@ -37,12 +37,14 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from xtpu.dialects import bfloat16 as B16
+from xtpu.dialects import intra_op
 from xtpu.dialects.by_identity import memo
 from xtpu.dialects.fusion import FusionRegionOp
 from xtpu.dialects.primitive import PrimitiveOp
 from xtpu.dialects.tensor_spec import TensorSpec, numpy_dtype
 from xtpu.runtime import codegen
 from xtpu.runtime.buffers import assign, kept_array
+from xtpu.runtime.fusion_split import Cut, cut_of, heavy_elements
 
 __all__ = ["fused_kernel", "inner_op", "value_key", "writes_results"]
 
@@ -208,8 +210,14 @@ def _form(ops: list[Operation], yielded: list[SSAValue], args: Sequence[SSAValue
     return form
 
 
-def _recipe(ops: list[Operation], yielded: list[SSAValue], args: Sequence[SSAValue]) -> _Recipe:
-    """The kernel of a body (:func:`fused_kernel`), worked out."""
+def _recipe(
+    ops: list[Operation],
+    yielded: list[SSAValue],
+    args: Sequence[SSAValue],
+    key_of: Callable[[SSAValue], tuple[tuple[int, ...], Any] | None] = value_key,
+) -> _Recipe:
+    """The kernel of a body (:func:`fused_kernel`), worked out; ``key_of``
+    gives each value's ``(shape, dtype)`` (a piece's, :func:`_piece_kernel`)."""
     position = {o: i for i, o in enumerate(ops)}
     # float32 -> bfloat16 -> float32 with nothing else reading the bfloat16
     # value: one pass of the second convert on the first's operand.
@@ -222,7 +230,7 @@ def _recipe(ops: list[Operation], yielded: list[SSAValue], args: Sequence[SSAVal
             raise NotImplementedError(f"the runtime cannot execute '{o.name}' in a fusion.region")
     outk = [_round_trip_into if o in pairs else _out_kernel(o) for o in ops]
     steps = [
-        (operands[o], list(o.results), [value_key(r) for r in o.results], k is not None, _in_place(o, pairs))
+        (operands[o], list(o.results), [key_of(r) for r in o.results], k is not None, _in_place(o, pairs))
         for o, k in zip(ops, outk)
     ]
     slots = assign(steps, set(yielded))  # values of 64 KB or less: the kernel itself
@@ -268,24 +276,20 @@ def _recipe(ops: list[Operation], yielded: list[SSAValue], args: Sequence[SSAVal
     )
 
 
-def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | None = None) -> Callable[..., Any]:
-    """The kernel of ``op``: takes the region's operands, returns its result
-    (a tuple of them when there are several); ``kernel_of(inner)`` gives an
-    inner op's kernel (default: its ``PrimitiveOp.kernel``).  Called with
-    ``_outs`` (one array or None per result), it writes the results it can
-    (:func:`writes_results`) into those arrays.  Regions of one form share
-    the work of making their kernels' code (:data:`_RECIPES`)."""
-    block = op.body.block
-    ops = [o for o in block.ops if o is not block.last_op]
-    yielded = list(block.last_op.operands)
-    form = _form(ops, yielded, block.args)
+def _cached_recipe(form: tuple | None, make: Callable[[], _Recipe]) -> _Recipe:
     recipe = _RECIPES.get(form) if form is not None else None
     if recipe is None:
-        recipe = _recipe(ops, yielded, block.args)
+        recipe = make()
         if form is not None:
             if len(_RECIPES) >= 1024:
                 _RECIPES.clear()
             _RECIPES[form] = recipe
+    return recipe
+
+
+def _define(ops: list[Operation], recipe: _Recipe, kernel_of: Callable[[Operation], Any]) -> Callable[..., Any]:
+    """The function of ``recipe`` for the body ``ops``, each op's kernel
+    given by ``kernel_of``."""
     namespace: dict[str, Any] = {}
     for i, p in enumerate(recipe.runs):
         o = ops[p]
@@ -293,7 +297,7 @@ def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | Non
             namespace[f"k{i}"] = B16.round_trip
             namespace[f"o{i}"] = _round_trip_into
             continue
-        namespace[f"k{i}"] = kernel_of(o) if kernel_of is not None else type(o).kernel(**o.params())
+        namespace[f"k{i}"] = kernel_of(o)
         if recipe.writes[i]:
             namespace[f"o{i}"] = _out_kernel(o)
     namespace.update(_kept=_Kept(recipe.buffer_keys))
@@ -301,3 +305,115 @@ def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | Non
     fused = codegen.define(recipe.source, "fusion", "fused", namespace, by_line)
     fused.source = recipe.source
     return fused
+
+
+def _own_kernel(o: Operation) -> Any:
+    return type(o).kernel(**o.params())
+
+
+#: A region whose heavy ops (:func:`~xtpu.runtime.fusion_split.heavy_elements`:
+#: transcendental functions) make at least this many elements in all (about
+#: 0.4 ms of ``tanh`` on this machine) runs in pieces over the intra-op
+#: threads when :func:`xtpu.dialects.intra_op.parts` is above 1 (a program
+#: with large matmuls run by one device worker, runtime/blas_budget.py):
+#: handing a piece to a pool thread and waiting for it took 64 us here.
+MIN_SPLIT_ELEMENTS = 1 << 17
+
+
+def fused_kernel(op: FusionRegionOp, kernel_of: Callable[[Operation], Any] | None = None) -> Callable[..., Any]:
+    """The kernel of ``op``: takes the region's operands, returns its result
+    (a tuple of them when there are several); ``kernel_of(inner)`` gives an
+    inner op's kernel (default: its ``PrimitiveOp.kernel``).  Called with
+    ``_outs`` (one array or None per result), it writes the results it can
+    (:func:`writes_results`) into those arrays.  Regions of one form share
+    the work of making their kernels' code (:data:`_RECIPES`).  A large
+    region that can be cut along its leading dimension
+    (runtime/fusion_split.py) runs in row pieces over the intra-op threads
+    while :func:`xtpu.dialects.intra_op.parts` is above 1, with the same
+    bits (:class:`_Pieces`)."""
+    block = op.body.block
+    ops = [o for o in block.ops if o is not block.last_op]
+    yielded = list(block.last_op.operands)
+    form = _form(ops, yielded, block.args)
+    recipe = _cached_recipe(form, lambda: _recipe(ops, yielded, block.args))
+    fused = _define(ops, recipe, kernel_of or _own_kernel)
+    if kernel_of is not None or not ops:
+        return fused
+    if heavy_elements(ops) < MIN_SPLIT_ELEMENTS:
+        return fused
+    cut = cut_of(ops, block.args)
+    if cut is None or cut.extent < 2:
+        return fused
+    return _Pieces(op, ops, yielded, form, cut, fused).run
+
+
+class _Pieces:
+    """A region's kernel run in row pieces (runtime/fusion_split.py): each
+    piece is the region's code for its rows (:func:`_recipe` of the piece's
+    shapes, made at the first call that splits), run on an intra-op thread
+    with that thread's buffers, writing its rows of the results."""
+
+    def __init__(
+        self,
+        op: FusionRegionOp,
+        ops: list[Operation],
+        yielded: list[SSAValue],
+        form: tuple | None,
+        cut: Cut,
+        whole: Callable[..., Any],
+    ) -> None:
+        self.ops, self.yielded, self.form, self.cut, self.whole = ops, yielded, form, cut, whole
+        self.args = list(op.body.block.args)
+        self.cut_args = [a in cut.args for a in self.args]
+        self.results = [value_key(r) for r in op.results]
+        self.kernels: dict[int, Callable[..., Any]] = {}
+        self.lock = threading.Lock()
+
+    def kernel(self, rows: int) -> Callable[..., Any]:
+        """The region's code for ``rows`` rows of the cut dimension."""
+        k = self.kernels.get(rows)
+        if k is None:
+            with self.lock:
+                k = self.kernels.get(rows)
+                if k is None:
+                    k = self.kernels[rows] = self._make(rows)
+        return k
+
+    def _make(self, rows: int) -> Callable[..., Any]:
+        cut = self.cut
+
+        def key_of(v: SSAValue) -> tuple[tuple[int, ...], Any] | None:
+            key = value_key(v)
+            if key is None or (v not in cut.values and v not in cut.args):
+                return key
+            return (rows, *key[0][1:]), key[1]
+
+        def kernel_of(o: Operation) -> Any:
+            params = o.params()
+            if "shape" in params:  # a broadcast makes its piece's rows
+                params["shape"] = (rows, *tuple(params["shape"])[1:])
+            return type(o).kernel(**params)
+
+        form = None if self.form is None else (self.form, "rows", rows)
+        recipe = _cached_recipe(form, lambda: _recipe(self.ops, self.yielded, self.args, key_of))
+        return _define(self.ops, recipe, kernel_of)
+
+    def run(self, *xs: Any, _outs: Sequence[Any] | None = None) -> Any:
+        n = intra_op.parts()
+        if n < 2:
+            return self.whole(*xs, _outs=_outs)
+        outs = [
+            (_outs[k] if _outs is not None and _outs[k] is not None else np.empty(*key))
+            for k, key in enumerate(self.results)
+        ]
+        xs = [np.asarray(x) if c else x for x, c in zip(xs, self.cut_args)]
+
+        def piece(s: slice) -> None:
+            rows = [o[s] for o in outs]
+            got = self.kernel(s.stop - s.start)(*(x[s] if c else x for x, c in zip(xs, self.cut_args)), _outs=rows)
+            for r, g in zip(rows, (got,) if len(rows) == 1 else got):
+                if g is not r:  # a result its op makes anew (a reduction's)
+                    np.copyto(r, g)
+
+        intra_op.run_pieces(piece, [(s,) for s in intra_op.slices(self.cut.extent, n)])
+        return outs[0] if len(outs) == 1 else tuple(outs)

@@ -34,6 +34,8 @@ def parts(monkeypatch):
         ((3, 4096), (4096, 1024)),  # too few rows: columns
         ((32, 128, 64), (32, 64, 128)),  # batch
         ((1, 2048, 64), (1, 64, 512)),  # batch of one: rows
+        ((8, 4, 128, 64), (8, 4, 64, 128)),  # attention's stack of stacks: the leading batch
+        ((1, 4, 256, 64), (1, 4, 64, 96)),  # a leading batch of one: rows of each matrix
     ],
 )
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -49,7 +51,7 @@ def test_a_split_matmul_is_the_same_blas_call_on_each_piece(parts, xs, ys, dtype
     assert intra_op.matmul(x, y, out=out) is out
     np.testing.assert_array_equal(out, got)
     m, cols = x.shape[-2], y.shape[-1]
-    if x.ndim == 3 and x.shape[0] >= n:
+    if x.ndim >= 3 and x.shape[0] >= n:
         kind, axis, size = "batch", 0, x.shape[0]
     elif m >= 2 * n:
         kind, axis, size = "rows", x.ndim - 2, m
