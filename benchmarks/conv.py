@@ -85,6 +85,22 @@ def xtpu_resnet_step(x, y, k1, k2, wd, lr=0.01):
     return [loss] + [w - lr * xtpu.cross_replica_sum(g) for w, g in zip((k1, k2, wd), grads)]
 
 
+def xtpu_resnet_call(R: int):
+    """(step, trace + compile seconds, loss of an output) of xtpu's ResNet
+    block step at ``R`` replicas (benchmarks/model_steps.py)."""
+    import time
+
+    import xtpu
+
+    xs, ys, ws = resnet_data(R)
+    inputs = [[x, y, *ws] for x, y in zip(xs, ys)]
+    lower = xtpu.lower  # xtpu loads its API on first use: an import, not a compile
+    t = time.perf_counter()
+    c = lower(xtpu_resnet_step, inputs).compile()
+    compile_s = time.perf_counter() - t
+    return lambda: c(inputs), compile_s, lambda out: float(np.asarray(out[0][0]))
+
+
 def xtpu_side(repeats: int, quick: bool) -> dict:
     import cnn_programs as cnn
 
@@ -105,12 +121,9 @@ def xtpu_side(repeats: int, quick: bool) -> dict:
         )
         res[f"conv {name}"] = best(lambda kern=kern, x=x, w=w: kern(x, w), repeats, None)
     for R in REPLICAS:
-        xs, ys, ws = resnet_data(R)
-        inputs = [[x, y, *ws] for x, y in zip(xs, ys)]
-        c = xtpu.lower(xtpu_resnet_step, inputs).compile()
-        out = c(inputs)
-        assert np.isfinite(float(out[0][0]))
-        res[f"resnet block step R={R}"] = best(lambda c=c, inputs=inputs: c(inputs), repeats, None)
+        call, _, loss_of = xtpu_resnet_call(R)
+        assert np.isfinite(loss_of(call()))
+        res[f"resnet block step R={R}"] = best(call, repeats, None)
     x, y, w1, w2, wd = cnn.data()
     da = cnn.device_assignment()
     split = xtpu.lower(cnn.xtpu_train, [[x, y, w1, w2, wd]], device_assignment=da).compile()
@@ -132,24 +145,15 @@ def xtpu_side(repeats: int, quick: bool) -> dict:
 # -- JAX ---------------------------------------------------------------------------
 
 
-def jax_side(repeats: int, quick: bool) -> dict:
-    import cnn_programs as cnn
+def jax_resnet_call(R: int):
+    """(step, trace + compile seconds, loss of an output) of JAX's ResNet
+    block step at ``R`` replicas (``shard_map`` over R CPU devices)."""
+    import time
+
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
-
-    res: dict = {}
-    rng = np.random.default_rng(0)
-    for name, xs, ws, s, pad, g in CONV_SHAPES[:2] if quick else CONV_SHAPES:
-        x = jnp.asarray(rng.standard_normal(xs).astype(np.float32))
-        w = jnp.asarray(rng.standard_normal(ws).astype(np.float32))
-        f = jax.jit(
-            lambda a, b, s=s, pad=pad, g=g: jax.lax.conv_general_dilated(
-                a, b, (s, s), pad, dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=g
-            )
-        )
-        res[f"conv {name}"] = best(lambda f=f, x=x, w=w: jax.block_until_ready(f(x, w)), repeats, None)
 
     def conv(a, k):
         return jax.lax.conv_general_dilated(a, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
@@ -172,17 +176,42 @@ def jax_side(repeats: int, quick: bool) -> dict:
         new = [w[0] - lr * jax.lax.psum(g, "r") for w, g in zip((k1, k2, wd), grads)]
         return (loss[None], *[n[None] for n in new])
 
-    devices = jax.devices()
-    for R in REPLICAS:
-        xs, ys, ws = resnet_data(R)
-        mesh = Mesh(np.array(devices[:R]), ("r",))
-        spec = P("r")
-        f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(spec,) * 5, out_specs=(spec,) * 4))
-        put = lambda a, mesh=mesh: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
-        args = (put(np.stack(xs)), put(np.stack(ys)), *[put(np.stack([w] * R)) for w in ws])
-        jax.block_until_ready(f(*args))
-        res[f"resnet block step R={R}"] = best(lambda f=f, args=args: jax.block_until_ready(f(*args)), repeats, None)
+    xs, ys, ws = resnet_data(R)
+    mesh = Mesh(np.array(jax.devices()[:R]), ("r",))
+    spec = P("r")
+    put = lambda a: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
+    args = (put(np.stack(xs)), put(np.stack(ys)), *[put(np.stack([w] * R)) for w in ws])
+    t = time.perf_counter()
+    f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(spec,) * 5, out_specs=(spec,) * 4)).lower(*args).compile()
+    compile_s = time.perf_counter() - t
+    return lambda: jax.block_until_ready(f(*args)), compile_s, lambda out: float(np.asarray(out[0])[0])
 
+
+def jax_side(repeats: int, quick: bool) -> dict:
+    import cnn_programs as cnn
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    res: dict = {}
+    rng = np.random.default_rng(0)
+    for name, xs, ws, s, pad, g in CONV_SHAPES[:2] if quick else CONV_SHAPES:
+        x = jnp.asarray(rng.standard_normal(xs).astype(np.float32))
+        w = jnp.asarray(rng.standard_normal(ws).astype(np.float32))
+        f = jax.jit(
+            lambda a, b, s=s, pad=pad, g=g: jax.lax.conv_general_dilated(
+                a, b, (s, s), pad, dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=g
+            )
+        )
+        res[f"conv {name}"] = best(lambda f=f, x=x, w=w: jax.block_until_ready(f(x, w)), repeats, None)
+
+    for R in REPLICAS:
+        call, _, loss_of = jax_resnet_call(R)
+        assert np.isfinite(loss_of(call()))
+        res[f"resnet block step R={R}"] = best(call, repeats, None)
+
+    devices = jax.devices()
     mesh = Mesh(np.array(devices[:8]).reshape(2, 4), ("w", "h"))
     img, rep = NamedSharding(mesh, P(None, "w", "h", None)), NamedSharding(mesh, P())
     x, y, w1, w2, wd = cnn.data()

@@ -53,14 +53,14 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(out)
 
 
-def xtpu_side(repeats: int) -> dict:
+def xtpu_step():
+    """The step function (of tokens, targets and the weights in name order)
+    and the weights' names."""
     import train_transformer as tt
 
     import xtpu
 
-    params, tokens, targets = data()
-    names = sorted(params)
-    res: dict = {}
+    names = sorted(data()[0])
 
     def step(tok, tgt, *values):
         p = dict(zip(names, values))
@@ -72,12 +72,39 @@ def xtpu_side(repeats: int) -> dict:
         new = [v - LR * xtpu.cross_replica_sum(g) for v, g in zip(values, grads)]
         return [xtpu.cross_replica_sum(loss)] + new
 
+    return step, names
+
+
+def xtpu_inputs(R: int, names) -> list:
+    params, tokens, targets = data()
+    per = BATCH // R
+    return [
+        [tokens[r * per : (r + 1) * per], targets[r * per : (r + 1) * per], *[params[k] for k in names]]
+        for r in range(R)
+    ]
+
+
+def xtpu_call(R: int):
+    """(step, trace + compile seconds, loss of an output) of xtpu's step at
+    ``R`` replicas, compiled ahead of time (benchmarks/model_steps.py)."""
+    import xtpu
+
+    step, names = xtpu_step()
+    inputs = xtpu_inputs(R, names)
+    lower = xtpu.lower  # xtpu loads its API on first use: an import, not a compile
+    t = time.perf_counter()
+    compiled = lower(step, inputs).compile()
+    compile_s = time.perf_counter() - t
+    return lambda: compiled(inputs), compile_s, lambda out: float(np.asarray(out[0][0]))
+
+
+def xtpu_side(repeats: int) -> dict:
+    import xtpu
+
+    step, names = xtpu_step()
+    res: dict = {}
     for R in REPLICAS:
-        per = BATCH // R
-        inputs = [
-            [tokens[r * per : (r + 1) * per], targets[r * per : (r + 1) * per], *[params[k] for k in names]]
-            for r in range(R)
-        ]
+        inputs = xtpu_inputs(R, names)
         t = time.perf_counter()
         out = xtpu.replicate(step, inputs)
         res[f"first call R={R}"] = time.perf_counter() - t
@@ -87,7 +114,8 @@ def xtpu_side(repeats: int) -> dict:
     return res
 
 
-def jax_side(repeats: int) -> dict:
+def jax_step(R: int):
+    """JAX's jitted step at ``R`` replicas and its arguments."""
     import jax
     import jax.numpy as jnp
     import transformer_jax as tj
@@ -95,8 +123,6 @@ def jax_side(repeats: int) -> dict:
     from jax.sharding import PartitionSpec as P
 
     params, tokens, targets = data()
-    res: dict = {}
-    devices = jax.devices()
 
     def step(tok, tgt, p):
         loss, grads = jax.value_and_grad(tj.loss_fn)(p, tok, tgt, LAYERS, HEADS, BATCH * SEQ)
@@ -104,17 +130,37 @@ def jax_side(repeats: int) -> dict:
         new = jax.tree_util.tree_map(lambda v, g: v - LR * g, p, grads)
         return jax.lax.psum(loss, "r")[None], new
 
+    mesh = Mesh(np.array(jax.devices()[:R]), ("r",))
+    f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P("r"), P("r"), P()), out_specs=(P("r"), P())))
+    tok = jax.device_put(tokens, NamedSharding(mesh, P("r")))
+    tgt = jax.device_put(targets, NamedSharding(mesh, P("r")))
+    p = jax.device_put({k: jnp.asarray(v) for k, v in params.items()}, NamedSharding(mesh, P()))
+    return f, (tok, tgt, p)
+
+
+def jax_call(R: int):
+    """(step, trace + compile seconds, loss of an output) of JAX's step at
+    ``R`` replicas (``jit(...).lower(...).compile()``)."""
+    import jax
+
+    f, args = jax_step(R)
+    t = time.perf_counter()
+    compiled = f.lower(*args).compile()
+    compile_s = time.perf_counter() - t
+    return lambda: jax.block_until_ready(compiled(*args)), compile_s, lambda out: float(np.asarray(out[0])[0])
+
+
+def jax_side(repeats: int) -> dict:
+    import jax
+
+    res: dict = {}
     for R in REPLICAS:
-        mesh = Mesh(np.array(devices[:R]), ("r",))
-        f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P("r"), P("r"), P()), out_specs=(P("r"), P())))
-        tok = jax.device_put(tokens, NamedSharding(mesh, P("r")))
-        tgt = jax.device_put(targets, NamedSharding(mesh, P("r")))
-        p = jax.device_put({k: jnp.asarray(v) for k, v in params.items()}, NamedSharding(mesh, P()))
+        f, args = jax_step(R)
         t = time.perf_counter()
-        out = jax.block_until_ready(f(tok, tgt, p))
+        out = jax.block_until_ready(f(*args))
         res[f"first call R={R}"] = time.perf_counter() - t
         res[f"loss R={R}"] = float(out[0][0])
-        res[f"step R={R}"] = median_time(lambda: jax.block_until_ready(f(tok, tgt, p)), repeats)
+        res[f"step R={R}"] = median_time(lambda: jax.block_until_ready(f(*args)), repeats)
     res["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return res
 

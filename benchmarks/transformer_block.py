@@ -8,21 +8,12 @@ causal softmax attention with 4 heads, residual, LayerNorm, MLP 256 -> 1024
 replicas (``cross_replica_sum``; ``jax.lax.psum`` under ``jax.shard_map``
 over R of 8 CPU devices), SGD with rate 0.01.  Each figure comes from a
 fresh subprocess (so peak RSS is its own): xtpu and JAX alternate, for each
-R in 1, 2, 8 and each state, for ``--rounds`` rounds; the table shows
-medians over the rounds.  States: ``keep`` (the caller keeps each step's
-outputs until the next step returns, as a training loop that feeds the
-weights back does) and ``drop`` (the caller drops them at once).  Per step:
-the median time of ``--steps`` steps after 2 warm-up steps, and minor page
-faults (``ru_minflt``) per step; per process: peak RSS (``ru_maxrss``) and
-the first trace + compile (xtpu: ``lower(...).compile()``; JAX:
-``jit(...).lower(...).compile()``; neither includes imports nor the first
-execution).  xtpu runs with its default pipeline (fused) and,
-as a second row, without ``hlo-fuse-elementwise`` (unfused).
-
-The machine's 1-minute load average is printed beside each figure (the
-median over the rounds of the mean before and after each run) and for the
-whole table: on a shared machine, compare the two sides of one round, not
-runs.
+R in 1, 2, 8 and each state (``keep``, ``drop``: benchmarks/step_states.py
+says what is measured), for ``--rounds`` rounds; the table shows medians
+over the rounds.  xtpu runs with its default pipeline (fused) and, as a
+second row, without ``hlo-fuse-elementwise`` (unfused).
+``benchmarks/model_steps.py`` runs this step beside the transformer's and
+the ResNet block's.
 """
 
 from __future__ import annotations
@@ -30,13 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
+from step_states import (  # benchmarks/ is on the path of a script run from it
+    STATES,
+    WARMUP,
+    print_table,
+    run_loop,
+    run_side,
+)
 
 B, T, D, H, F = 8, 128, 256, 4, 1024
 REPLICAS = [1, 2, 8]
@@ -68,7 +63,12 @@ def data(R: int):
     return xs, weights
 
 
-def xtpu_side(R: int, state: str, steps: int, fused: bool) -> dict:
+def xtpu_side(R: int, state: str, steps: int, fused: bool, warmup: int = WARMUP) -> dict:
+    return run_loop(*xtpu_call(R, fused), state=state, steps=steps, warmup=warmup)
+
+
+def xtpu_call(R: int, fused: bool = True):
+    """(step, trace + compile seconds, loss of an output) of xtpu's step."""
     import xtpu
     from xtpu.passes import DEFAULT_PIPELINE
 
@@ -111,10 +111,15 @@ def xtpu_side(R: int, state: str, steps: int, fused: bool) -> dict:
     lowered = lower(step, inputs)
     compiled = lowered.compile(None if fused else ",".join(DEFAULT_PIPELINE))
     compile_s = time.perf_counter() - t
-    return run_loop(lambda: compiled(inputs), state, steps, compile_s, lambda out: float(np.asarray(out[0][0])))
+    return lambda: compiled(inputs), compile_s, lambda out: float(np.asarray(out[0][0]))
 
 
-def jax_side(R: int, state: str, steps: int) -> dict:
+def jax_side(R: int, state: str, steps: int, warmup: int = WARMUP) -> dict:
+    return run_loop(*jax_call(R), state=state, steps=steps, warmup=warmup)
+
+
+def jax_call(R: int):
+    """(step, trace + compile seconds, loss of an output) of JAX's step."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding
@@ -159,50 +164,7 @@ def jax_side(R: int, state: str, steps: int) -> dict:
     jitted = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(spec,) * 13, out_specs=[spec] * 13))
     f = jitted.lower(*args).compile()  # trace + compile ahead of time, as xtpu's lower().compile()
     compile_s = time.perf_counter() - t
-    return run_loop(
-        lambda: jax.block_until_ready(f(*args)), state, steps, compile_s, lambda out: float(np.asarray(out[0])[0])
-    )
-
-
-def run_loop(call, state: str, steps: int, compile_s: float, loss_of) -> dict:
-    kept = call()
-    kept = call()
-    loss = loss_of(kept)
-    if state == "drop":
-        kept = None
-    times = []
-    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(steps):
-        t = time.perf_counter()
-        out = call()
-        times.append(time.perf_counter() - t)
-        if state == "keep":
-            kept = out  # the previous outputs die after the step returned
-        out = None
-    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / steps
-    del kept
-    return {
-        "time": statistics.median(times),
-        "faults": faults,
-        "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "compile": compile_s,
-        "loss": loss,
-    }
-
-
-def run_side(side: str, R: int, state: str, steps: int) -> dict:
-    env = dict(os.environ)
-    if side == "jax":
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
-        env["JAX_PLATFORMS"] = "cpu"
-    cmd = [sys.executable, os.path.abspath(__file__), "--side", side, "--replicas", str(R), "--state", state]
-    load = os.getloadavg()[0]
-    proc = subprocess.run(cmd + ["--steps", str(steps)], capture_output=True, text=True, env=env)
-    if proc.returncode:
-        sys.exit(f"the {side} side failed:\n{proc.stdout}\n{proc.stderr}")
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    got["load"] = (load + os.getloadavg()[0]) / 2  # the 1-minute load average around the run
-    return got
+    return lambda: jax.block_until_ready(f(*args)), compile_s, lambda out: float(np.asarray(out[0])[0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,15 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replicas", type=int, default=1)
     ap.add_argument("--state", choices=["keep", "drop"], default="keep")
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=WARMUP, help="calls before the timed ones")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--replica-counts", default=",".join(map(str, REPLICAS)))
     ap.add_argument("--sides", default="xtpu,xtpu-unfused,jax")
     args = ap.parse_args(argv)
     if args.side == "jax":
-        print(json.dumps(jax_side(args.replicas, args.state, args.steps)))
+        print(json.dumps(jax_side(args.replicas, args.state, args.steps, args.warmup)))
         return 0
     if args.side:
-        print(json.dumps(xtpu_side(args.replicas, args.state, args.steps, fused=args.side == "xtpu")))
+        print(json.dumps(xtpu_side(args.replicas, args.state, args.steps, args.side == "xtpu", args.warmup)))
         return 0
     sides = args.sides.split(",")
     counts = [int(r) for r in args.replica_counts.split(",")]
@@ -227,30 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     got: dict = {}
     for _ in range(args.rounds):
         for R in counts:
-            for state in ("keep", "drop"):
+            for state in STATES:
                 for side in sides:
-                    got.setdefault((side, R, state), []).append(run_side(side, R, state, args.steps))
+                    run = run_side(
+                        __file__,
+                        side,
+                        ["--replicas", R, "--state", state, "--steps", args.steps, "--warmup", args.warmup],
+                    )
+                    got.setdefault(("block", R, state, side), []).append(run)
     load1 = os.getloadavg()[0]
-    print(f"transformer block step, medians of {args.rounds} rounds; load average {load0:.1f} -> {load1:.1f}")
-    print("| R | state | side | step | / JAX | faults/step | peak RSS | trace+compile | / JAX | loss | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for R in counts:
-        for state in ("keep", "drop"):
-            med = {
-                side: {k: statistics.median(r[k] for r in got[(side, R, state)]) for k in got[(side, R, state)][0]}
-                for side in sides
-            }
-            jax_t = med.get("jax", {}).get("time")
-            jax_c = med.get("jax", {}).get("compile")
-            for side in sides:
-                m = med[side]
-                ratio = f"{m['time'] / jax_t:.2f}" if jax_t else "-"
-                cratio = f"{m['compile'] / jax_c:.2f}" if jax_c else "-"
-                print(
-                    f"| {R} | {state} | {side} | {m['time'] * 1e3:.1f} ms | {ratio} | {m['faults']:.0f} | "
-                    f"{m['rss'] / 2**20:.0f} MB | {m['compile'] * 1e3:.0f} ms | {cratio} | {m['loss']:.5f} | "
-                    f"{m['load']:.1f} |"
-                )
+    rows = [("block", R, state) for R in counts for state in STATES]
+    print_table(
+        f"transformer block step, medians of {args.rounds} rounds; load average {load0:.1f} -> {load1:.1f}",
+        got,
+        rows,
+        sides,
+    )
     return 0
 
 

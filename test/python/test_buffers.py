@@ -120,7 +120,20 @@ def test_the_transformer_block_step_at_8_replicas_takes_under_100_page_faults(st
     of a heap at 128 KB and faulted in again."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     bench = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "transformer_block.py")
-    cmd = [sys.executable, bench, "--side", "xtpu", "--replicas", "8", "--state", state, "--steps", "5"]
+    cmd = [
+        sys.executable,
+        bench,
+        "--side",
+        "xtpu",
+        "--replicas",
+        "8",
+        "--state",
+        state,
+        "--steps",
+        "5",
+        "--warmup",
+        "2",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
