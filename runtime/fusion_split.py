@@ -22,14 +22,17 @@ not depend on the rows around it).  This is XLA's CPU backend's split of a
 loop fusion over its thread pool along the outermost dimension
 (``xla/service/cpu/parallel_task_assignment.cc``).
 
-Only the arithmetic of a region is worth splitting on this kind of machine:
-numpy's loops of adds, multiplies, divides, compares and selects move
-memory faster than one core computes them, and on 2 cores a chain of them
-over float32[4096, 256] took 0.46 ms on one thread and 0.42-0.46 ms in two
-halves on two, where ``tanh`` took 3.5-4.3 ms against 2.4-2.5 ms and
-``exp`` halves the same way.  :func:`heavy_elements` counts the elements
-made by ops whose kernel computes more than it moves: a transcendental
-ufunc, or a kernel of several numpy calls (``logistic``, ``erf``).
+What is worth splitting on this kind of machine (2 cores of an AMD EPYC,
+one L3 of 32 MB): transcendental arithmetic (``tanh`` of float32[4096,
+256]: 3.5-4.3 ms on one thread, 2.4-2.5 ms in two halves on two; ``exp``
+halves the same way), and loops of any kind over more data than the caches
+hold (3 multiplies and adds over float32[1024, 1024] arrays read cold: 1.49-
+1.56 ms on one thread, 1.03-1.07 ms on two); a small region of adds and
+multiplies is not (handing a piece to a pool thread and waiting for it took
+64 us).  :func:`heavy_elements` counts the elements made by ops whose
+kernel computes more than it moves (a transcendental ufunc, or a kernel of
+several numpy calls: ``logistic``, ``erf``), :func:`made_elements` all the
+elements a region's ops make (runtime/fusion.py's thresholds).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from xtpu.dialects import hlo
 from xtpu.dialects.ir_walk import isa
 from xtpu.dialects.tensor_spec import TensorSpec
 
-__all__ = ["Cut", "cut_of", "heavy_elements"]
+__all__ = ["Cut", "cut_of", "heavy_elements", "made_elements"]
 
 #: The one-loop numpy ufuncs that compute more than they move
 #: (transcendental functions: libm's scalar loops on an AVX2 machine).
@@ -53,6 +56,11 @@ _HEAVY_UFUNCS = frozenset(
     [np.exp, np.expm1, np.log, np.log1p, np.log2, np.tanh, np.sinh, np.cosh, np.sin, np.cos, np.tan]
     + [np.arctan, np.arctan2, np.arcsin, np.arccos, np.arctanh, np.power, np.cbrt]
 )
+
+
+def made_elements(ops: Sequence[Operation]) -> int:
+    """The elements the ops of ``ops`` make, in all."""
+    return sum(math.prod(_shape(r)) for o in ops for r in o.results)
 
 
 def heavy_elements(ops: Sequence[Operation]) -> int:

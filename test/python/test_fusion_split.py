@@ -15,7 +15,7 @@ from xtpu.core.pipeline import parse_module
 from xtpu.dialects import intra_op
 from xtpu.dialects.fusion import FusionRegionOp
 from xtpu.runtime import fusion
-from xtpu.runtime.fusion_split import cut_of, heavy_elements
+from xtpu.runtime.fusion_split import cut_of, heavy_elements, made_elements
 
 
 def region(text: str) -> FusionRegionOp:
@@ -257,9 +257,10 @@ def test_the_cut_reads_broadcast_operands_whole():
     assert [a.name_hint for a in cut.args] in (["a", "b"], ["b", "a"])
 
 
-def test_only_regions_of_heavy_arithmetic_split():
-    """Memory-bound loops (add, multiply, select) are not worth a split on
-    this machine; transcendental ones are (runtime/fusion_split.py)."""
+def test_only_regions_of_heavy_arithmetic_or_of_much_data_split():
+    """Small memory-bound loops (add, multiply, select) are not worth a
+    split on this machine; transcendental ones are, and so are loops over
+    more data than the caches hold (runtime/fusion_split.py)."""
     ops, _ = body(region(NORM))
     assert heavy_elements(ops) == 6 * 5 * 8  # the tanh
     ops, _ = body(region(MASKED))
@@ -276,9 +277,15 @@ def test_only_regions_of_heavy_arithmetic_split():
   func.return %r : tensor<512x512xf32>""",
     )
     op = region(cheap)
-    assert heavy_elements(body(op)[0]) == 0
+    assert heavy_elements(body(op)[0]) == 0 and made_elements(body(op)[0]) == 2 * 512 * 512
+    big = region(cheap.replace("512x512", "1024x1024"))
+    assert made_elements(body(big)[0]) == fusion.MIN_SPLIT_MADE
     intra_op.set_parts(2)
     try:
         assert not isinstance(getattr(fusion.fused_kernel(op), "__self__", None), fusion._Pieces)
+        kernel = fusion.fused_kernel(big)
+        assert isinstance(getattr(kernel, "__self__", None), fusion._Pieces)
+        x = np.linspace(-1, 1, 1024 * 1024, dtype=np.float32).reshape(1024, 1024)
+        np.testing.assert_array_equal(kernel(x), x * x + x)
     finally:
         intra_op.set_parts(1)
