@@ -17,10 +17,11 @@ an install of that commit::
 
 This test runs the same files with the plugin and the current compiler and
 compares, test by test.  When its own session runs every test of those files
-(the whole suite does), it takes their counts from that session instead of
-running them again (``transfer_counter.InSession``, registered by
-conftest.py; it runs this test after them); otherwise it runs them in a
-subprocess.
+(the whole suite in one process, ``-n 0``), it takes their counts from that
+session instead of running them again (``transfer_counter.InSession``,
+registered by conftest.py; it runs this test after them); otherwise (a
+pytest-xdist worker runs some of them) it runs them in a subprocess, in one
+process.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def counts_in_a_subprocess(tmp_path) -> dict[str, list[int]]:
     out = tmp_path / "after.json"
     env = dict(os.environ, XTPU_TRANSFERS_OUT=str(out))
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "transfer_counter", "-p", "no:cacheprovider", *FILES],
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "transfer_counter", "-p", "no:cacheprovider", *FILES],
         cwd=HERE,
         env=env,
         capture_output=True,
