@@ -34,7 +34,7 @@ from step_states import (  # benchmarks/ is on the path of a script run from it
     WARMUP,
     print_table,
     run_loop,
-    run_side,
+    run_rounds,
 )
 
 REPLICAS = [1, 2, 8]
@@ -79,17 +79,18 @@ def main(argv: list[str] | None = None) -> int:
     counts = [int(r) for r in args.replica_counts.split(",")]
     sides = ["xtpu", "jax"]
     load0 = os.getloadavg()[0]
-    got: dict = {}
-    for _ in range(args.rounds):
-        for model in models:
-            for R in counts:
-                for state in STATES:
-                    for side in sides:
-                        cmd = ["--model", model, "--replicas", R, "--state", state, "--steps", args.steps]
-                        cmd += ["--warmup", args.warmup]
-                        got.setdefault((model, R, state, side), []).append(run_side(__file__, side, cmd))
-    load1 = os.getloadavg()[0]
     rows = [(model, R, state) for model in models for R in counts for state in STATES]
+    got = run_rounds(
+        __file__,
+        rows,
+        sides,
+        args.rounds,
+        lambda row: (
+            ["--model", row[0], "--replicas", row[1], "--state", row[2], "--steps", args.steps]
+            + ["--warmup", args.warmup]
+        ),
+    )
+    load1 = os.getloadavg()[0]
     title = f"training steps, medians of {args.rounds} rounds; load average {load0:.1f} -> {load1:.1f}"
     print_table(title, got, rows, sides)
     for model in models:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["run_loop", "run_side", "print_table", "STATES", "WARMUP"]
+__all__ = ["run_loop", "run_side", "run_rounds", "print_table", "STATES", "WARMUP"]
 
 STATES = ("keep", "drop")
 
@@ -88,6 +88,20 @@ def run_side(script: str, side: str, args: Sequence[str]) -> dict:
         sys.exit(f"the {side} side of {' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}")
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     got["load"] = (load + os.getloadavg()[0]) / 2  # the 1-minute load average around the run
+    return got
+
+
+def run_rounds(
+    script: str, rows: Sequence[tuple], sides: Sequence[str], rounds: int, args_of: Callable[[tuple], list]
+) -> dict[tuple, list[dict]]:
+    """``rounds`` rounds of :func:`run_side`: in each, every row (``(model,
+    R, state)``) on every side in turn, ``script --side side
+    *args_of(row)``; the runs by ``(*row, side)``."""
+    got: dict[tuple, list[dict]] = {}
+    for _ in range(rounds):
+        for row in rows:
+            for side in sides:
+                got.setdefault((*row, side), []).append(run_side(script, side, args_of(row)))
     return got
 
 

@@ -30,7 +30,7 @@ from step_states import (  # benchmarks/ is on the path of a script run from it
     WARMUP,
     print_table,
     run_loop,
-    run_side,
+    run_rounds,
 )
 
 B, T, D, H, F = 8, 128, 256, 4, 1024
@@ -187,19 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     sides = args.sides.split(",")
     counts = [int(r) for r in args.replica_counts.split(",")]
     load0 = os.getloadavg()[0]
-    got: dict = {}
-    for _ in range(args.rounds):
-        for R in counts:
-            for state in STATES:
-                for side in sides:
-                    run = run_side(
-                        __file__,
-                        side,
-                        ["--replicas", R, "--state", state, "--steps", args.steps, "--warmup", args.warmup],
-                    )
-                    got.setdefault(("block", R, state, side), []).append(run)
-    load1 = os.getloadavg()[0]
     rows = [("block", R, state) for R in counts for state in STATES]
+    got = run_rounds(
+        __file__,
+        rows,
+        sides,
+        args.rounds,
+        lambda row: ["--replicas", row[1], "--state", row[2], "--steps", args.steps, "--warmup", args.warmup],
+    )
+    load1 = os.getloadavg()[0]
     print_table(
         f"transformer block step, medians of {args.rounds} rounds; load average {load0:.1f} -> {load1:.1f}",
         got,
