@@ -217,7 +217,7 @@ def _recipe(
     key_of: Callable[[SSAValue], tuple[tuple[int, ...], Any] | None] = value_key,
 ) -> _Recipe:
     """The kernel of a body (:func:`fused_kernel`), worked out; ``key_of``
-    gives each value's ``(shape, dtype)`` (a piece's, :func:`_piece_kernel`)."""
+    gives each value's ``(shape, dtype)`` (a piece's: :meth:`_Pieces._make`)."""
     position = {o: i for i, o in enumerate(ops)}
     # float32 -> bfloat16 -> float32 with nothing else reading the bfloat16
     # value: one pass of the second convert on the first's operand.
