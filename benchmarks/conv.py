@@ -6,8 +6,9 @@ Each side runs in its own subprocess (JAX with
 each figure (the best of ``--repeats`` timed loops) and xtpu / JAX.
 Workloads (issue 27):
 
-- ``conv``: the convolution kernel alone, xtpu's ``hlo.convolution`` numpy
-  kernel (im2col + one matmul per group) against ``jax.jit`` of
+- ``conv``: the convolution kernel alone, xtpu's ``hlo.convolution``
+  kernel (oneDNN's convolution where it has one, else im2col + one matmul
+  per group; ``XTPU_NO_ONEDNN=1`` for the latter) against ``jax.jit`` of
   ``lax.conv_general_dilated`` on one device, for a few NHWC shapes;
 - ``resnet``: a ResNet basic block's training step per replica (3x3 conv,
   batch norm, ReLU, 3x3 conv, batch norm, residual add, ReLU, 2x2 average

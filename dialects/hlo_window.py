@@ -4,10 +4,14 @@ names).
 
 The kernels spend their time in BLAS or in ufuncs over whole outputs:
 
-* a convolution pads (and dilates) its input once, takes every window as a
-  strided view (``numpy.lib.stride_tricks.sliding_window_view``), copies the
-  views into one im2col buffer ``[groups, batch * windows, window * channels]``
-  and multiplies it by the kernel in one batched matmul (one matmul per group);
+* a float32 convolution runs in oneDNN's convolution kernels where oneDNN
+  has one (forward, or backward-weights for a kernel gradient:
+  :mod:`xtpu.dialects.onednn_conv`, 2-3x the speed of the next way);
+  every other one pads (and dilates) its input once, takes every window as
+  a strided view (``numpy.lib.stride_tricks.sliding_window_view``), copies
+  the views into one im2col buffer ``[groups, batch * windows, window *
+  channels]`` and multiplies it by the kernel in one batched matmul (one
+  matmul per group);
 * a windowed reduction combines ``prod(window)`` strided slices of the padded
   input, each of the output's size (O(output * window), no Python loop over
   elements);
@@ -43,7 +47,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 
-from xtpu.dialects import intra_op
+from xtpu.dialects import intra_op, onednn_conv
 from xtpu.dialects import vjp_util as G
 from xtpu.dialects.bfloat16 import BF16
 from xtpu.dialects.hlo import NUMERIC, ReductionKindAttr, accumulate_as, low_precision_in_f32, reduction_ufunc
@@ -345,7 +349,7 @@ class ConvolutionOp(PrimitiveOp):
         if lhs.dtype not in NUMERIC:
             raise ShapeError(f"does not support dtype {lhs.dtype}; expected one of {', '.join(NUMERIC)}")
         p = conv_params(lhs.rank, **params)
-        n, nsp = lhs.rank, lhs.rank - 2
+        n = lhs.rank
         dn = p["dimension_numbers"]
         for spec, what, rule in ((dn.lhs, "input", "C13"), (dn.rhs, "kernel", "C18"), (dn.out, "output", "C20")):
             if len(spec) != n:
@@ -380,18 +384,7 @@ class ConvolutionOp(PrimitiveOp):
         prec = p["precision_config"]
         if len(prec) != 2 or any(v not in PRECISIONS for v in prec):
             raise ShapeError(f"precision_config {list(prec)} must be two of {', '.join(PRECISIONS)} (C24)")
-        out = [0] * n
-        out[dn.out[0]] = batch // bgc
-        out[dn.out[1]] = kout
-        for i in range(nsp):
-            out[dn.out[2 + i]] = num_windows(
-                lhs.shape[dn.lhs[2 + i]],
-                rhs.shape[dn.rhs[2 + i]],
-                p["window_strides"][i],
-                *p["padding"][i],
-                p["lhs_dilation"][i],
-                p["rhs_dilation"][i],
-            )
+        out = list(conv_result_shape(lhs.shape, rhs.shape, p))
         dtype = p["preferred_element_type"] or lhs.dtype
         if dtype != lhs.dtype and not (
             lhs.dtype in FLOATS and dtype in FLOATS and numpy_dtype(dtype).itemsize > numpy_dtype(lhs.dtype).itemsize
@@ -549,8 +542,36 @@ def conv_numpy(x: np.ndarray, w: np.ndarray, preferred_element_type: str | None 
     im2col of strided window views and one batched matmul over the groups
     (see the module docstring), with ``hlo.dot_general``'s accumulation
     (:func:`xtpu.dialects.hlo.accumulate_as`: bfloat16 / float16 in float32,
-    rounded once to the result dtype)."""
+    rounded once to the result dtype).  float32 convolutions that oneDNN
+    has a kernel for run there (:mod:`xtpu.dialects.onednn_conv`)."""
+    if x.dtype == np.float32 and w.dtype == np.float32:
+        shape = conv_result_shape(x.shape, w.shape, params)
+        out = onednn_conv.convolution(x, w, shape, preferred_element_type=preferred_element_type, **params)
+        if out is not None:
+            return out
     return accumulate_as(lambda a, b: _conv_im2col(a, b, **params), preferred_element_type, bf16_native=True)(x, w)
+
+
+def conv_result_shape(x_shape: Sequence[int], w_shape: Sequence[int], params: dict) -> tuple[int, ...]:
+    """The shape of ``hlo.convolution``'s result for operands of these
+    shapes (``params``: :func:`conv_params`'s; StableHLO spec,
+    convolution, C25-C27)."""
+    dn = params["dimension_numbers"]
+    shape = [0] * len(x_shape)
+    shape[dn.out[0]] = x_shape[dn.lhs[0]] // params["batch_group_count"]
+    shape[dn.out[1]] = w_shape[dn.rhs[0]]
+    for i, (xd, wd, od) in enumerate(zip(dn.lhs[2:], dn.rhs[2:], dn.out[2:])):
+        lo, hi = params["padding"][i]
+        shape[od] = num_windows(
+            x_shape[xd],
+            w_shape[wd],
+            params["window_strides"][i],
+            lo,
+            hi,
+            params["lhs_dilation"][i],
+            params["rhs_dilation"][i],
+        )
+    return tuple(shape)
 
 
 def _conv_im2col(

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MIN_WORK", "available", "gemm"]
+__all__ = ["MIN_WORK", "available", "gemm", "library", "one_thread"]
 
 _log = logging.getLogger(__name__)
 
@@ -63,7 +63,9 @@ _F32 = np.dtype(np.float32)
 _lock = threading.Lock()
 _gemm = None  # the ctypes function once loaded
 _set_threads = None  # libgomp's omp_set_num_threads
-_tried = False
+_tried = False  # whether _load() has looked for the bfloat16 GEMM
+_library = None  # libdnnl.so.3, once library() has loaded it
+_library_tried = False
 _tls = threading.local()
 
 #: ``XTPU_NO_ONEDNN=1`` when xtpu was imported: every product widened for
@@ -85,33 +87,66 @@ def _candidates() -> list[str]:
     return [p for p in paths if os.path.exists(p)] + ([found] if found else [])
 
 
+def library() -> Any:
+    """The loaded ``libdnnl.so.3`` (a ``ctypes.CDLL``), or None where it is
+    not installed, not loadable or :data:`DISABLED`.  Loaded once, with the
+    calling thread's OpenMP thread count set to 1 (see the module docstring);
+    :mod:`xtpu.dialects.onednn_conv` shares it."""
+    global _library, _library_tried, _set_threads
+    if DISABLED:
+        return None
+    if _library_tried:
+        return _library
+    with _lock:
+        if not _library_tried:
+            for path in _candidates():
+                try:
+                    lib = ctypes.CDLL(path)
+                    gomp = ctypes.CDLL("libgomp.so.1")  # the OpenMP runtime libdnnl.so.3 links
+                except OSError as e:
+                    _log.debug("oneDNN at %s not usable: %s", path, e)
+                    continue
+                gomp.omp_set_num_threads.argtypes = [ctypes.c_int]
+                gomp.omp_set_num_threads(1)  # this thread's OpenMP ICV, as one_thread() sets it
+                _tls.one_thread = True
+                _library, _set_threads = lib, gomp.omp_set_num_threads
+                break
+            _library_tried = True
+    return _library
+
+
+def one_thread() -> None:
+    """Set the calling thread's OpenMP thread count to 1 (once per thread),
+    so that oneDNN starts no OpenMP team whose waiting threads spin; call
+    before each oneDNN call from a thread that may be new."""
+    if not getattr(_tls, "one_thread", False):
+        _set_threads(1)
+        _tls.one_thread = True
+
+
 def _load() -> None:
-    global _gemm, _set_threads, _tried
+    global _gemm, _tried
+    lib = library()
     with _lock:
         if _tried:
             return
-        for path in _candidates():
+        if lib is not None:
             try:
-                lib = ctypes.CDLL(path)
-                gomp = ctypes.CDLL("libgomp.so.1")  # the OpenMP runtime libdnnl.so.3 links
                 fn = lib.dnnl_gemm_bf16bf16f32
-            except (OSError, AttributeError) as e:
-                _log.debug("oneDNN at %s not usable: %s", path, e)
-                continue
-            fn.argtypes = [ctypes.c_char, ctypes.c_char, _I64, _I64, _I64, ctypes.c_float, _PTR, _I64, _PTR, _I64]
-            fn.argtypes += [ctypes.c_float, _PTR, _I64]
-            fn.restype = ctypes.c_int
-            gomp.omp_set_num_threads.argtypes = [ctypes.c_int]
-            gomp.omp_set_num_threads(1)  # this thread's OpenMP ICV, as gemm() sets it
-            _tls.one_thread = True
-            if not _runs(fn):
-                # oneDNN's bfloat16 GEMM needs AVX-512 (status 3,
-                # dnnl_unimplemented, on an AMD EPYC without it): products
-                # are then widened for numpy's BLAS, as without oneDNN.
-                _log.debug("oneDNN at %s has no bfloat16 GEMM for this CPU", path)
-                continue
-            _gemm, _set_threads = fn, gomp.omp_set_num_threads
-            break
+            except AttributeError as e:  # pragma: no cover - every oneDNN 3 exports it
+                _log.debug("oneDNN has no bfloat16 GEMM: %s", e)
+                fn = None
+            if fn is not None:
+                fn.argtypes = [ctypes.c_char, ctypes.c_char, _I64, _I64, _I64, ctypes.c_float, _PTR, _I64, _PTR, _I64]
+                fn.argtypes += [ctypes.c_float, _PTR, _I64]
+                fn.restype = ctypes.c_int
+                if _runs(fn):
+                    _gemm = fn
+                else:
+                    # oneDNN's bfloat16 GEMM needs AVX-512 (status 3,
+                    # dnnl_unimplemented, on an AMD EPYC without it): products
+                    # are then widened for numpy's BLAS, as without oneDNN.
+                    _log.debug("oneDNN has no bfloat16 GEMM for this CPU")
         _tried = True
 
 
@@ -176,9 +211,7 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     if lb is None:
         b = np.ascontiguousarray(b)
         lb = (b"N", n)
-    if not getattr(_tls, "one_thread", False):
-        _set_threads(1)  # this thread's OpenMP ICV: oneDNN starts no team
-        _tls.one_thread = True
+    one_thread()
     ldc = max(out.strides[0] // 4, n)
     status = _gemm(la[0], lb[0], m, n, k, 1.0, a.ctypes.data, la[1], b.ctypes.data, lb[1], 0.0, out.ctypes.data, ldc)
     if status != 0:

@@ -7,7 +7,7 @@ import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import xtpu
-from xtpu.dialects import intra_op
+from xtpu.dialects import intra_op, onednn, onednn_conv
 from xtpu.runtime import blas_budget
 
 
@@ -219,8 +219,10 @@ def test_a_piece_no_pool_thread_started_runs_in_the_caller(parts):
 
 
 def test_a_step_with_a_large_convolution_splits_it(monkeypatch):
-    """A convolution's im2col product is split like a matmul: [8, 32, 32, 16]
-    by 3x3x16x32 (37.7M multiply-adds); the values equal the eager ones."""
+    """A convolution is split like a matmul: [8, 32, 32, 16] by 3x3x16x32
+    (37.7M multiply-adds), oneDNN's kernel over slices of the batch
+    (dialects/onednn_conv.py) or, without oneDNN, the im2col product's
+    rows; the values equal the eager ones."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((8, 32, 32, 16)).astype(np.float32)
     w = (rng.standard_normal((3, 3, 16, 32)) * 0.1).astype(np.float32)
@@ -232,8 +234,17 @@ def test_a_step_with_a_large_convolution_splits_it(monkeypatch):
     assert c.executable._split
     small = xtpu.lower(conv, [[x[:1, :4, :4], w[:, :, :, :2]]]).compile()
     assert not small.executable._split  # 1x4x4x2 outputs of 144 products
+    pieces, parts = [], []
+    real_pieces, real_conv = intra_op.run_pieces, onednn_conv.convolution
+    monkeypatch.setattr(intra_op, "run_pieces", lambda fn, ps: pieces.append(len(ps)) or real_pieces(fn, ps))
+    monkeypatch.setattr(
+        onednn_conv, "convolution", lambda *a, **k: parts.append(intra_op.parts()) or real_conv(*a, **k)
+    )
     (out,), seen = _spied_run(monkeypatch, c, [[x, w]])
-    assert seen and all(p == max(1, seen[0][0]) for p, _ in seen)
+    if onednn.library() is not None:
+        assert not seen and len(parts) == 1 and pieces == ([parts[0]] if parts[0] > 1 else [])
+    else:
+        assert seen and all(p == max(1, seen[0][0]) for p, _ in seen)
     np.testing.assert_allclose(np.asarray(out[0]), np.asarray(conv(x, w)), rtol=1e-4, atol=1e-4)
 
 

@@ -22,7 +22,9 @@ from xtpu.dialects import intra_op, onednn
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
-needs_onednn = pytest.mark.skipif(not onednn.available(), reason="oneDNN is not loadable on this platform")
+needs_onednn = pytest.mark.skipif(
+    not onednn.available(), reason="oneDNN's bfloat16 GEMM is not loadable or needs AVX-512 this CPU lacks"
+)
 
 
 def exact(shape, rng):
@@ -44,7 +46,7 @@ def bits(a):
 def through_onednn(monkeypatch):
     """Every bfloat16 product, however small, through oneDNN."""
     if not onednn.available():
-        pytest.skip("oneDNN is not loadable on this platform")
+        pytest.skip("oneDNN's bfloat16 GEMM is not loadable or needs AVX-512 this CPU lacks")
     monkeypatch.setattr(onednn, "MIN_WORK", 0)
 
 

@@ -1,0 +1,237 @@
+"""float32 convolutions through oneDNN (dialects/onednn_conv.py): both
+mappings (forward, kernel gradient) for the layouts, strides, paddings,
+dilations and groups models use, checked against JAX's
+``lax.conv_general_dilated`` (StableHLO's convolution, computed by XLA) at
+float32 HIGHEST precision; the cases that must go to the im2col kernel;
+threads; ``XTPU_NO_ONEDNN=1``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from xtpu.dialects import hlo_window, intra_op, onednn, onednn_conv
+from xtpu.dialects.hlo_window import ConvDimensionNumbers, conv_params, conv_result_shape
+
+jax = pytest.importorskip("jax")
+lax = jax.lax
+
+needs_onednn = pytest.mark.skipif(onednn.library() is None, reason="oneDNN is not loadable on this platform")
+
+NHWC = ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))  # x NHWC, w HWIO, out NHWC
+NCHW = ConvDimensionNumbers((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))  # x NCHW, w OIHW, out NCHW
+# The kernel gradient of an NHWC / HWIO convolution, as ConvolutionOp.vjp emits it.
+WGRAD = ConvDimensionNumbers((3, 0, 1, 2), (3, 0, 1, 2), (2, 3, 0, 1))
+# Its input gradient: the reversed kernel with in- and out-features swapped.
+DGRAD = ConvDimensionNumbers((0, 3, 1, 2), (2, 3, 0, 1), (0, 3, 1, 2))
+
+
+def conv(x, w, p):
+    """onednn_conv.convolution, the result's shape from the op's shape rule."""
+    return onednn_conv.convolution(x, w, conv_result_shape(x.shape, w.shape, p), **p)
+
+
+def impl_of(x, w, p):
+    return onednn_conv.implementation(x, w, conv_result_shape(x.shape, w.shape, p), **p)
+
+
+def jax_conv(x, w, p):
+    dn = p["dimension_numbers"]
+    out = lax.conv_general_dilated(
+        x,
+        w,
+        window_strides=p["window_strides"],
+        padding=p["padding"],
+        lhs_dilation=p["lhs_dilation"],
+        rhs_dilation=p["rhs_dilation"],
+        dimension_numbers=lax.ConvDimensionNumbers(dn.lhs, dn.rhs, dn.out),
+        feature_group_count=p["feature_group_count"],
+        batch_group_count=p["batch_group_count"],
+        precision=lax.Precision.HIGHEST,
+    )
+    return np.asarray(out)
+
+
+def close(got, want, x, w):
+    """Equal up to the order of float32 additions: each output is a sum of
+    at most |x| * |w| products."""
+    bound = 1e-5 * np.abs(x).max(initial=0) * np.abs(w).max(initial=0) * max(x.size, w.size) ** 0.5 + 1e-6
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=bound)
+
+
+CASES = {
+    # name: (x shape, w shape, dimension numbers, params)
+    "resnet 3x3 SAME, NHWC": ((8, 16, 16, 16), (3, 3, 16, 16), NHWC, {"padding": ((1, 1), (1, 1))}),
+    "NCHW stride 2, uneven padding": (
+        (2, 8, 13, 11),
+        (12, 8, 3, 3),
+        NCHW,
+        {"window_strides": (2, 2), "padding": ((0, 1), (1, 2))},
+    ),
+    "dilated kernel": ((2, 17, 17, 4), (3, 3, 4, 8), NHWC, {"rhs_dilation": (2, 3), "padding": ((2, 2), (3, 3))}),
+    "depthwise": ((4, 12, 12, 32), (3, 3, 1, 32), NHWC, {"padding": ((1, 1), (1, 1)), "feature_group_count": 32}),
+    "two groups, channel multiplier 3": ((2, 9, 9, 6), (3, 3, 3, 6), NHWC, {"feature_group_count": 2}),
+    "1x1": ((4, 7, 7, 16), (1, 1, 16, 24), NHWC, {}),
+    "1-D": ((3, 20, 5), (4, 5, 7), ConvDimensionNumbers((0, 2, 1), (2, 1, 0), (0, 2, 1)), {"padding": ((1, 2),)}),
+    "3-D": (
+        (2, 6, 6, 6, 3),
+        (3, 3, 3, 3, 4),
+        ConvDimensionNumbers((0, 4, 1, 2, 3), (4, 3, 0, 1, 2), (0, 4, 1, 2, 3)),
+        {"padding": ((1, 1),) * 3},
+    ),
+    "kernel gradient": ((8, 16, 16, 16), (8, 16, 16, 16), WGRAD, {"padding": ((1, 1), (1, 1))}),
+    "kernel gradient of a strided convolution": (
+        (4, 15, 15, 8),
+        (4, 7, 7, 16),
+        WGRAD,
+        {"padding": ((0, 0), (0, 0)), "rhs_dilation": (2, 2)},
+    ),
+}
+
+
+@needs_onednn
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_convolution_through_onednn_equals_jax(name):
+    xs, ws, dn, extra = CASES[name]
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    p = conv_params(len(xs), dimension_numbers=dn, **extra)
+    impl = impl_of(x, w, p)
+    assert impl is not None and not impl.startswith("ref"), impl
+    got = conv(x, w, p)
+    close(got, jax_conv(x, w, p), x, w)
+    # hlo.convolution's kernel takes the same path.
+    np.testing.assert_array_equal(hlo_window.conv_numpy(x, w, **p), got)
+
+
+@needs_onednn
+def test_the_input_gradient_reads_a_reversed_kernel():
+    """ConvolutionOp.vjp's input gradient convolves with hlo.reverse's
+    result, a view with negative strides: copied, then through oneDNN."""
+    rng = np.random.default_rng(1)
+    ct = rng.standard_normal((8, 16, 16, 16)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 16, 24)).astype(np.float32)[::-1, ::-1]
+    p = conv_params(4, dimension_numbers=DGRAD, padding=((1, 1), (1, 1)))
+    ct = rng.standard_normal((8, 16, 16, 24)).astype(np.float32)
+    assert impl_of(ct, w, p) is not None
+    close(conv(ct, w, p), jax_conv(ct, np.ascontiguousarray(w), p), ct, w)
+
+
+@needs_onednn
+def test_transposed_operands_are_read_in_place():
+    """Operands that are transposed views (the dimension numbers' order is
+    not the memory order) give the same values."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 8, 10, 10)).astype(np.float32).transpose(0, 2, 3, 1)  # NHWC view of NCHW
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32).transpose(2, 3, 1, 0)  # HWIO view of OIHW
+    p = conv_params(4, dimension_numbers=NHWC, padding=((1, 1), (1, 1)))
+    got = conv(x, w, p)
+    assert got is not None
+    close(got, jax_conv(np.ascontiguousarray(x), np.ascontiguousarray(w), p), x, w)
+
+
+@pytest.mark.parametrize(
+    "why, xs, ws, dtype, extra",
+    [
+        (
+            "lhs dilation (a strided convolution's input gradient)",
+            (2, 8, 8, 4),
+            (3, 3, 4, 4),
+            np.float32,
+            {"lhs_dilation": (2, 2)},
+        ),
+        ("batch groups", (4, 8, 8, 4), (3, 3, 4, 4), np.float32, {"batch_group_count": 2}),
+        ("negative padding", (2, 8, 8, 4), (3, 3, 4, 4), np.float32, {"padding": ((-1, 0), (0, 0))}),
+        ("float64", (2, 8, 8, 4), (3, 3, 4, 4), np.float64, {}),
+        ("an empty batch", (0, 8, 8, 4), (3, 3, 4, 4), np.float32, {}),
+    ],
+)
+def test_what_onednn_does_not_take_goes_to_the_im2col_kernel(why, xs, ws, dtype, extra):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(xs).astype(dtype)
+    w = rng.standard_normal(ws).astype(dtype)
+    p = conv_params(4, dimension_numbers=NHWC, **extra)
+    assert conv(x, w, p) is None, why
+    want = jax_conv(x.astype(np.float32), w.astype(np.float32), p)
+    got = hlo_window.conv_numpy(x, w, **p)
+    assert got.dtype == dtype
+    close(got.astype(np.float32), want, x, w)
+
+
+@needs_onednn
+def test_threads_have_their_own_primitives():
+    """Replicas' threads run the same convolutions at once: each thread has
+    its own memory objects and scratchpad, so the results are each
+    thread's alone (oneDNN on one thread is deterministic: bit for bit)."""
+    rng = np.random.default_rng(4)
+    p = conv_params(4, dimension_numbers=NHWC, padding=((1, 1), (1, 1)))
+    pw = conv_params(4, dimension_numbers=WGRAD, padding=((1, 1), (1, 1)))
+    xs = [rng.standard_normal((8, 16, 16, 16)).astype(np.float32) for _ in range(4)]
+    w = rng.standard_normal((3, 3, 16, 16)).astype(np.float32)
+    want = [(conv(x, w, p), conv(x, x, pw)) for x in xs]
+    errors = []
+
+    def run(i):
+        for _ in range(30):
+            a = conv(xs[i], w, p)
+            b = conv(xs[i], xs[i], pw)
+            if not (np.array_equal(a, want[i][0]) and np.array_equal(b, want[i][1])):
+                errors.append(i)
+                return
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_xtpu_no_onednn_turns_it_off():
+    code = (
+        "import numpy as np\n"
+        "from xtpu.dialects import hlo_window as h\n"
+        "p = h.conv_params(4, padding=((1, 1), (1, 1)))\n"
+        "x = np.ones((2, 4, 8, 8), np.float32); w = np.ones((4, 4, 3, 3), np.float32)\n"
+        "assert h.onednn_conv.convolution(x, w, (2, 4, 8, 8), **p) is None\n"
+        "assert h.conv_numpy(x, w, **p)[0, 0, 1, 1] == 36.0\n"
+    )
+    env = dict(os.environ, XTPU_NO_ONEDNN="1")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+
+
+@needs_onednn
+def test_a_large_convolution_is_split_over_the_batch(monkeypatch):
+    """With intra-op threads, a convolution of at least intra_op.MIN_WORK
+    multiply-adds runs as pieces of its batch, the same kernel on each
+    slice: the values equal the unsplit call's bit for bit."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((8, 32, 32, 16)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 16, 32)).astype(np.float32)
+    p = conv_params(4, dimension_numbers=NHWC, padding=((1, 1), (1, 1)))
+    xs = np.ascontiguousarray(x[:, :4, :4])
+    whole = conv(x, w, p)
+    seen = []
+    real = intra_op.run_pieces
+
+    def spy(fn, pieces):
+        seen.append([piece[0].shape for piece in pieces])
+        return real(fn, pieces)
+
+    monkeypatch.setattr(intra_op, "run_pieces", spy)
+    old = intra_op.set_parts(2)
+    try:
+        split = conv(x, w, p)
+        small = conv(xs, w[..., :8], p)  # 8x4x4x8 outputs of 144 products: whole
+    finally:
+        intra_op.set_parts(old)
+    assert seen == [[(4, 32, 32, 16), (4, 32, 32, 16)]]
+    np.testing.assert_array_equal(split, whole)
+    close(small, jax_conv(xs, w[..., :8], p), x, w)
