@@ -112,6 +112,9 @@ class _Api:
             ("dnnl_primitive_desc_destroy", [_P]),
             ("dnnl_primitive_create", [ctypes.POINTER(_P), _P]),
             ("dnnl_primitive_execute", [_P, _P, ctypes.c_int, _P]),
+            ("dnnl_primitive_destroy", [_P]),
+            ("dnnl_memory_destroy", [_P]),
+            ("dnnl_stream_destroy", [_P]),
         ):
             fn = getattr(lib, name)
             fn.argtypes = args
@@ -219,29 +222,45 @@ class _Prepared:
         rpd = _P()
         src_md, dst_md = (user, inner_md) if kind == "forward" else (inner_md, user)
         _check(
-            lib.dnnl_reorder_primitive_desc_create(ctypes.byref(rpd), src_md, api.engine, dst_md, api.engine, None),
+            lib.dnnl_reorder_primitive_desc_create(ctypes.byref(rpd), src_md, api.engine, dst_md, api.engine, api.attr),
             "reorder",
         )
         try:
             self.reorder = _primitive(api, rpd)
+            rscratch_md = lib.dnnl_primitive_desc_query_md(rpd, _QUERY_SCRATCHPAD_MD, 0)
+            self.rscratch = np.empty(max(lib.dnnl_memory_desc_get_size(rscratch_md), 1) // 4 + 1, np.float32)
+            self.rscratch_mem = _memory(api, rscratch_md)
+            lib.dnnl_memory_set_data_handle(self.rscratch_mem, self.rscratch.ctypes.data)
         finally:
             lib.dnnl_primitive_desc_destroy(rpd)
         self.a_mem, self.b_mem, self.user_mem = (_memory(api, mds[k].md) for k in ("a", "b", "weights"))
         if kind == "forward":  # a = src, weights = the rhs, b = dst
             conv_args = [(_ARG_SRC, self.a_mem), (_ARG_WEIGHTS, self.inner_mem), (_ARG_DST, self.b_mem)]
-            self.reorder_args = self._args([(_FROM, self.user_mem), (_TO, self.inner_mem)])
+            self.reorder_args = self._args(
+                [(_FROM, self.user_mem), (_TO, self.inner_mem), (_ARG_SCRATCHPAD, self.rscratch_mem)]
+            )
         else:  # a = src, b = diff_dst, weights = the result
             conv_args = [(_ARG_SRC, self.a_mem), (_ARG_DIFF_DST, self.b_mem), (_ARG_DIFF_WEIGHTS, self.inner_mem)]
-            self.reorder_args = self._args([(_FROM, self.inner_mem), (_TO, self.user_mem)])
+            self.reorder_args = self._args(
+                [(_FROM, self.inner_mem), (_TO, self.user_mem), (_ARG_SCRATCHPAD, self.rscratch_mem)]
+            )
         self.conv_args = self._args([*conv_args, (_ARG_SCRATCHPAD, self.scratch_mem)])
+
+    def __del__(self) -> None:
+        # A thread's cache goes with the thread (threading.local): its
+        # oneDNN objects with it.
+        lib = self.api.lib
+        for name in ("prim", "reorder"):
+            if getattr(self, name, None):
+                lib.dnnl_primitive_destroy(getattr(self, name))
+        for name in ("inner_mem", "scratch_mem", "rscratch_mem", "a_mem", "b_mem", "user_mem"):
+            if getattr(self, name, None):
+                lib.dnnl_memory_destroy(getattr(self, name))
 
     @staticmethod
     def _args(pairs):
         arr = (_Arg * len(pairs))(*(_Arg(a, m) for a, m in pairs))
         return (len(pairs), arr)
-
-    def _run(self, prim, args) -> None:
-        _check(self.api.lib.dnnl_primitive_execute(prim, self.stream, args[0], args[1]), "dnnl_primitive_execute")
 
     def __call__(self, a: np.ndarray, b: np.ndarray, w: np.ndarray) -> None:
         lib = self.api.lib
@@ -249,21 +268,34 @@ class _Prepared:
         lib.dnnl_memory_set_data_handle(self.b_mem, b.ctypes.data)
         lib.dnnl_memory_set_data_handle(self.user_mem, w.ctypes.data)
         if self.kind == "forward":
-            self._run(self.reorder, self.reorder_args)
-            self._run(self.prim, self.conv_args)
+            _check(lib.dnnl_primitive_execute(self.reorder, self.stream, *self.reorder_args), "the weights' reorder")
+            _check(lib.dnnl_primitive_execute(self.prim, self.stream, *self.conv_args), "convolution")
         else:
-            self._run(self.prim, self.conv_args)
-            self._run(self.reorder, self.reorder_args)
+            _check(lib.dnnl_primitive_execute(self.prim, self.stream, *self.conv_args), "convolution")
+            _check(
+                lib.dnnl_primitive_execute(self.reorder, self.stream, *self.reorder_args),
+                "the kernel gradient's reorder",
+            )
         _check(lib.dnnl_stream_wait(self.stream), "dnnl_stream_wait")
+
+
+class _Stream:
+    """A thread's oneDNN stream, destroyed with the thread's state."""
+
+    def __init__(self, api: _Api) -> None:
+        self.api, self.handle = api, _P()
+        _check(api.lib.dnnl_stream_create(ctypes.byref(self.handle), api.engine, _IN_ORDER), "dnnl_stream_create")
+
+    def __del__(self) -> None:
+        if self.handle:
+            self.api.lib.dnnl_stream_destroy(self.handle)
 
 
 def _stream(api: _Api) -> _P:
     s = getattr(_tls, "stream", None)
     if s is None:
-        s = _P()
-        _check(api.lib.dnnl_stream_create(ctypes.byref(s), api.engine, _IN_ORDER), "dnnl_stream_create")
-        _tls.stream = s
-    return s
+        s = _tls.stream = _Stream(api)
+    return s.handle
 
 
 def _elements(a: np.ndarray) -> list[int] | None:

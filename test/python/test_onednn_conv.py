@@ -7,10 +7,12 @@ threads; ``XTPU_NO_ONEDNN=1``."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -235,3 +237,28 @@ def test_a_large_convolution_is_split_over_the_batch(monkeypatch):
     assert seen == [[(4, 32, 32, 16), (4, 32, 32, 16)]]
     np.testing.assert_array_equal(split, whole)
     close(small, jax_conv(xs, w[..., :8], p), x, w)
+
+
+@needs_onednn
+def test_a_threads_primitives_go_with_the_thread():
+    """A thread's primitives (their oneDNN objects destroyed by
+    _Prepared.__del__) and stream are kept by that thread's state only:
+    once the thread is gone nothing holds them."""
+    x = np.random.default_rng(6).standard_normal((8, 16, 16, 16)).astype(np.float32)
+    w = np.ones((3, 3, 16, 16), np.float32)
+    p = conv_params(4, dimension_numbers=NHWC, padding=((1, 1), (1, 1)))
+    pw = conv_params(4, dimension_numbers=WGRAD, padding=((1, 1), (1, 1)))
+    refs = []
+
+    def run():
+        conv(x, w, p)
+        conv(x, x, pw)
+        refs.extend(weakref.ref(v) for v in onednn_conv._tls.convs.values())
+        refs.append(weakref.ref(onednn_conv._tls.stream))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    del t
+    gc.collect()
+    assert len(refs) == 3 and all(r() is None for r in refs)
