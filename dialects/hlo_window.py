@@ -283,7 +283,10 @@ class ConvolutionOp(PrimitiveOp):
     float16 operands are multiplied exactly and summed in float32, rounded
     once to the result type;
     ``precision_config`` (two of DEFAULT / HIGH / HIGHEST) is carried for
-    export and for low-precision types.
+    export and for low-precision types.  float32 convolutions run on
+    oneDNN's kernels where it has one (``xtpu.dialects.onednn_conv``: the
+    sums in another order, within float32 rounding), the rest as im2col and
+    one matmul.
 
     Syntax (StableHLO's)::
 
