@@ -5,8 +5,9 @@ names).
 The kernels spend their time in BLAS or in ufuncs over whole outputs:
 
 * a float32 convolution runs in oneDNN's convolution kernels where oneDNN
-  has one (forward, or backward-weights for a kernel gradient:
-  :mod:`xtpu.dialects.onednn_conv`, 2-3x the speed of the next way);
+  has one (forward, backward-weights for a kernel gradient, backward-data
+  for a strided convolution's input gradient:
+  :mod:`xtpu.dialects.onednn_conv`, 1.1-15x the speed of the next way);
   every other one pads (and dilates) its input once, takes every window as
   a strided view (``numpy.lib.stride_tricks.sliding_window_view``), copies
   the views into one im2col buffer ``[groups, batch * windows, window *

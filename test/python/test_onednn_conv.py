@@ -87,6 +87,27 @@ CASES = {
         ConvDimensionNumbers((0, 4, 1, 2, 3), (4, 3, 0, 1, 2), (0, 4, 1, 2, 3)),
         {"padding": ((1, 1),) * 3},
     ),
+    # The input gradient of a strided convolution (ConvolutionOp.vjp: the
+    # cotangent dilated by the strides, the kernel reversed by hlo.reverse
+    # before it, here a reversed view): the backward-data primitive.
+    "input gradient of a stride-2 3x3 SAME convolution": (
+        (8, 16, 16, 64),
+        "reversed (3, 3, 32, 64)",
+        DGRAD,
+        {"lhs_dilation": (2, 2), "padding": ((1, 2), (1, 2))},
+    ),
+    "input gradient of a stride-2 1x1 convolution": (
+        (8, 8, 8, 64),
+        "reversed (1, 1, 32, 64)",
+        DGRAD,
+        {"lhs_dilation": (2, 2), "padding": ((0, 1), (0, 1))},
+    ),
+    "input gradient, stride 3 and a dilated kernel, NCHW": (
+        (2, 6, 5, 5),
+        "reversed (6, 4, 3, 3)",
+        ConvDimensionNumbers((0, 1, 2, 3), (1, 0, 2, 3), (0, 1, 2, 3)),
+        {"lhs_dilation": (3, 3), "rhs_dilation": (2, 2), "padding": ((4, 5), (4, 4))},
+    ),
     "kernel gradient": ((8, 16, 16, 16), (8, 16, 16, 16), WGRAD, {"padding": ((1, 1), (1, 1))}),
     "kernel gradient of a strided convolution": (
         (4, 15, 15, 8),
@@ -103,7 +124,12 @@ def test_a_convolution_through_onednn_equals_jax(name):
     xs, ws, dn, extra = CASES[name]
     rng = np.random.default_rng(abs(hash(name)) % 2**32)
     x = rng.standard_normal(xs).astype(np.float32)
-    w = rng.standard_normal(ws).astype(np.float32)
+    if isinstance(ws, str):  # "reversed (shape)": hlo.reverse's view of the spatial dimensions
+        shape = tuple(int(v) for v in ws.split("(")[1].rstrip(")").split(","))
+        w = rng.standard_normal(shape).astype(np.float32)
+        w = w[tuple(slice(None, None, -1) if d in dn.rhs[2:] else slice(None) for d in range(w.ndim))]
+    else:
+        w = rng.standard_normal(ws).astype(np.float32)
     p = conv_params(len(xs), dimension_numbers=dn, **extra)
     impl = impl_of(x, w, p)
     assert impl is not None and not impl.startswith("ref"), impl
@@ -143,11 +169,18 @@ def test_transposed_operands_are_read_in_place():
     "why, xs, ws, dtype, extra",
     [
         (
-            "lhs dilation (a strided convolution's input gradient)",
+            "lhs dilation and window strides",
             (2, 8, 8, 4),
             (3, 3, 4, 4),
             np.float32,
-            {"lhs_dilation": (2, 2)},
+            {"lhs_dilation": (2, 2), "window_strides": (2, 2)},
+        ),
+        (
+            "lhs dilation and feature groups",
+            (2, 8, 8, 4),
+            (3, 3, 2, 4),
+            np.float32,
+            {"lhs_dilation": (2, 2), "feature_group_count": 2},
         ),
         ("batch groups", (4, 8, 8, 4), (3, 3, 4, 4), np.float32, {"batch_group_count": 2}),
         ("negative padding", (2, 8, 8, 4), (3, 3, 4, 4), np.float32, {"padding": ((-1, 0), (0, 0))}),
