@@ -11,8 +11,7 @@ took 145-160 us (``brgconv:avx2``) against the im2col kernel's 360-410 us
 and XLA's 240 us; its kernel gradient 170 us (``jit:avx2``) against 440 us.
 
 Three mappings of StableHLO's convolution (StableHLO spec, "convolution")
-onto oneDNN's primitives, for float32 operands, ``batch_group_count`` 1 and
-padding at least 0:
+onto oneDNN's primitives, for float32 operands and padding at least 0:
 
 * **forward**: oneDNN's forward convolution with ``src`` the lhs (N, C,
   spatial), ``weights`` the rhs (O, I, spatial, or G, O/G, I/G, spatial for
@@ -27,7 +26,11 @@ padding at least 0:
   backward-weights convolution with ``src`` the lhs with batch and feature
   swapped, ``diff_dst`` the rhs with its in-feature as batch, ``diff_weights``
   the result (feature as O, batch as I), the strides and dilations
-  exchanged.  (``feature_group_count`` 1 and ``lhs_dilation`` 1 only.)
+  exchanged; ``batch_group_count`` G (the kernel gradient of a convolution
+  of G feature groups, depthwise too) is oneDNN's G groups, weights [G,
+  O/G, I, K].  (``feature_group_count`` 1 and ``lhs_dilation`` 1 only.)
+  A depthwise 3x3 kernel gradient of x[8, 32, 32, 32] took 0.22 ms
+  (``jit_dw:avx2``) against the im2col kernel's 2.7 ms.
 * **input gradient**: a convolution whose lhs is dilated by ``s`` (window
   strides 1; JAX's ``_conv_general_dilated_transpose_lhs`` for a strided
   convolution): out[n, o, y] = sum over i, k of the dilated lhs[n, i, y + k
@@ -37,7 +40,7 @@ padding at least 0:
   left padding (K - 1) * rd - lo: oneDNN's backward-data convolution.  The
   stride-2 3x3 input gradient of x[8, 32, 32, 32] took 2.3 ms against the
   im2col kernel's 14.7 ms (which multiplies the dilation's zeros).
-  (``feature_group_count`` 1 only.)
+  ``feature_group_count`` G is oneDNN's G groups, weights [G, I/G, O/G, K].
 
 A mapping is used only when oneDNN has an optimized kernel for it: its
 reference implementation (``ref:any``, 300 ms for the kernel gradient above
@@ -385,6 +388,13 @@ def _plan(api: _Api, x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict) -> 
         a = _Desc(api, *pick(x, xs, dn.lhs))  # diff_dst
         b = _Desc(api, *pick(out, os_, dn.out))  # diff_src
         wdims, wstr = pick(w, ws, (dn.rhs[1], dn.rhs[0], *dn.rhs[2:]))
+        if g > 1:
+            # Feature groups: group j maps the result's features [j*O/G,
+            # (j+1)*O/G) (oneDNN's IC) to the lhs's [j*I/G, ...) (its OC):
+            # weights [G, I/G, O/G, K].
+            og = w.shape[dn.rhs[0]] // g
+            wdims = [g, wdims[0], og, *wdims[2:]]
+            wstr = [ws[dn.rhs[0]] * og, *wstr]
         user = _Desc(api, wdims, wstr)
         any_w = _Desc(api, wdims, None)
         strides, rd = list(p["lhs_dilation"]), list(p["rhs_dilation"])
@@ -440,6 +450,14 @@ def _plan(api: _Api, x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict) -> 
         a = _Desc(api, *pick(x, xs, lhs_nc))
         b = _Desc(api, *pick(w, ws, rhs_nc))
         wdims, wstr = pick(out, os_, out_oi)
+        bg = p["batch_group_count"]
+        if bg > 1:
+            # A grouped convolution's kernel gradient (batch groups: JAX's
+            # rule, ConvolutionOp.vjp): oneDNN's groups, weights [G, O/G,
+            # I, K] with O the result's features and I its batch.
+            o_dim = dn.out[1]
+            wdims = [bg, out.shape[o_dim] // bg, *wdims[1:]]
+            wstr = [os_[o_dim] * (out.shape[o_dim] // bg), *wstr]
         user = _Desc(api, wdims, wstr)
         any_w = _Desc(api, wdims, None)
         strides, dil = list(p["rhs_dilation"]), [s - 1 for s in p["window_strides"]]
@@ -478,10 +496,9 @@ def _usable(x: np.ndarray, w: np.ndarray, p: dict) -> bool:
         and w.dtype == _F32
         and 3 <= x.ndim <= 5
         and p.get("preferred_element_type") in (None, "f32", np.float32, _F32)
-        and p["batch_group_count"] == 1
         and (
             all(d == 1 for d in p["lhs_dilation"])
-            or (all(s == 1 for s in p["window_strides"]) and p["feature_group_count"] == 1)
+            or (all(s == 1 for s in p["window_strides"]) and p["batch_group_count"] == 1)
         )
         and all(lo >= 0 and hi >= 0 for lo, hi in p["padding"])
         and x.size > 0
@@ -520,6 +537,8 @@ def _operands(x: np.ndarray, w: np.ndarray, shape: Sequence[int], p: dict):
     convolution is not for oneDNN (see :func:`convolution`)."""
     if not _usable(x, w, p) or _get_api() is None or 0 in shape:
         return None
+    if p["batch_group_count"] > 1 and not _is_kernel_gradient(w.shape, shape, p):
+        return None  # batch groups only as a grouped convolution's kernel gradient
     # A reversed (negative strides) or broadcast (zero strides) operand, as
     # the input gradient's reversed kernel: oneDNN reads strides >= 1 only.
     if _elements(x) is None:
@@ -556,7 +575,12 @@ def convolution(x: np.ndarray, w: np.ndarray, shape: Sequence[int], **p: Any) ->
     dn = p["dimension_numbers"]
     n = intra_op.parts()
     batch = x.shape[dn.lhs[0]]
-    if n > 1 and batch > 1 and out.size * (w.size // max(w.shape[dn.rhs[0]], 1)) >= intra_op.MIN_WORK:
+    if (
+        n > 1
+        and batch > 1
+        and p["batch_group_count"] == 1
+        and out.size * (w.size // max(w.shape[dn.rhs[0]], 1)) >= intra_op.MIN_WORK
+    ):
         pieces = []
         for sl in intra_op.slices(batch, n):
             xi = x[(slice(None),) * dn.lhs[0] + (sl,)]

@@ -108,7 +108,27 @@ CASES = {
         ConvDimensionNumbers((0, 1, 2, 3), (1, 0, 2, 3), (0, 1, 2, 3)),
         {"lhs_dilation": (3, 3), "rhs_dilation": (2, 2), "padding": ((4, 5), (4, 4))},
     ),
+    "input gradient of a grouped stride-2 convolution": (
+        (2, 8, 8, 4),
+        (3, 3, 2, 6),
+        NHWC,
+        {"lhs_dilation": (2, 2), "feature_group_count": 2, "padding": ((1, 2), (1, 2))},
+    ),
     "kernel gradient": ((8, 16, 16, 16), (8, 16, 16, 16), WGRAD, {"padding": ((1, 1), (1, 1))}),
+    # A grouped convolution's kernel gradient has batch groups (JAX's rule):
+    # oneDNN's backward-weights convolution with groups.
+    "depthwise kernel gradient (batch groups)": (
+        (8, 16, 16, 32),
+        (8, 16, 16, 32),
+        WGRAD,
+        {"padding": ((1, 1), (1, 1)), "batch_group_count": 32},
+    ),
+    "kernel gradient of 2 groups, channel multiplier 3": (
+        (4, 9, 9, 6),
+        (4, 9, 9, 6),
+        WGRAD,
+        {"padding": ((1, 1), (1, 1)), "batch_group_count": 2},
+    ),
     "kernel gradient of a strided convolution": (
         (4, 15, 15, 8),
         (4, 7, 7, 16),
@@ -175,14 +195,7 @@ def test_transposed_operands_are_read_in_place():
             np.float32,
             {"lhs_dilation": (2, 2), "window_strides": (2, 2)},
         ),
-        (
-            "lhs dilation and feature groups",
-            (2, 8, 8, 4),
-            (3, 3, 2, 4),
-            np.float32,
-            {"lhs_dilation": (2, 2), "feature_group_count": 2},
-        ),
-        ("batch groups", (4, 8, 8, 4), (3, 3, 4, 4), np.float32, {"batch_group_count": 2}),
+        ("batch groups outside a kernel gradient", (4, 8, 8, 4), (3, 3, 4, 4), np.float32, {"batch_group_count": 2}),
         ("negative padding", (2, 8, 8, 4), (3, 3, 4, 4), np.float32, {"padding": ((-1, 0), (0, 0))}),
         ("float64", (2, 8, 8, 4), (3, 3, 4, 4), np.float64, {}),
         ("an empty batch", (0, 8, 8, 4), (3, 3, 4, 4), np.float32, {}),
@@ -295,3 +308,51 @@ def test_a_threads_primitives_go_with_the_thread():
     del t
     gc.collect()
     assert len(refs) == 3 and all(r() is None for r in refs)
+
+
+@needs_onednn
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_depthwise_training_step_matches_jax(stride):
+    """A compiled GradientTape step of a depthwise convolution: its forward,
+    input and kernel gradients all run on oneDNN (forward with groups,
+    backward data for the stride, backward weights with batch groups), and
+    both gradients equal jax.grad's."""
+    import jax.numpy as jnp
+
+    import xtpu
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 12, 12, 16)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 16, 1)).astype(np.float32)
+
+    def step(x, w):
+        with xtpu.GradientTape() as tape:
+            tape.watch([x, w])
+            y = xtpu.nn.depthwise_conv2d(x, w, [1, stride, stride, 1], "SAME")
+            loss = xtpu.math.reduce_sum(y * y)
+        return tape.gradient(loss, [x, w])
+
+    def jax_loss(x, w):
+        y = lax.conv_general_dilated(
+            x,
+            w.reshape(3, 3, 1, 16),
+            (stride, stride),
+            "SAME",
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            feature_group_count=16,
+            precision=lax.Precision.HIGHEST,
+        )
+        return jnp.sum(y * y)
+
+    used = []
+    real = onednn_conv._run
+    onednn_conv._run = lambda prep, *a: used.append(prep.kind) or real(prep, *a)
+    try:
+        gx, gw = xtpu.lower(step, [[x, w]]).compile()([[x, w]])[0]
+    finally:
+        onednn_conv._run = real
+    want_x, want_w = jax.grad(jax_loss, argnums=(0, 1))(x, w)
+    assert "forward" in used and "kernel gradient" in used
+    assert ("input gradient" in used) == (stride == 2)
+    close(np.asarray(gx), np.asarray(want_x), x, w)
+    np.testing.assert_allclose(np.asarray(gw), np.asarray(want_w), rtol=1e-4, atol=1e-3)
