@@ -42,10 +42,13 @@ onto oneDNN's primitives, for float32 operands and padding at least 0:
   im2col kernel's 14.7 ms (which multiplies the dilation's zeros).
   ``feature_group_count`` G is oneDNN's G groups, weights [G, I/G, O/G, K].
 
-A mapping is used only when oneDNN has an optimized kernel for it: its
+A mapping is used only when oneDNN has a direct kernel for it: its
 reference implementation (``ref:any``, 300 ms for the kernel gradient above
-in the forward mapping) and shapes it rejects return None and the caller
-runs the im2col kernel.  Results equal the im2col kernel's up to the order
+in the forward mapping), its im2col + GEMM kernel (``gemm:jit``, 1.2-2x
+slower than xtpu's own im2col) and shapes it rejects return None and the
+caller runs the im2col kernel.  oneDNN's direct kernels want channels last:
+a channels-first input (NCHW) is copied channels last first, and the result
+is made in the input's layout (a view in the result's shape).  Results equal the im2col kernel's up to the order
 of float32 additions (tests: ``test_onednn_conv.py``).
 
 Each thread has its own stream, primitives' memory objects and scratchpad
@@ -348,6 +351,26 @@ def _is_input_gradient(p) -> bool:
     return any(d > 1 for d in p["lhs_dilation"])
 
 
+def _channels_last(x: np.ndarray, spec: Sequence[int]) -> bool:
+    """Whether ``x``'s features (``spec[1]``) are its innermost dimension
+    among the features and the spatial ones (or there is one feature)."""
+    spatial = [x.strides[d] for d in spec[2:] if x.shape[d] > 1]
+    return x.shape[spec[1]] == 1 or (bool(spatial) and x.strides[spec[1]] < min(spatial))
+
+
+def _to_channels_last(x: np.ndarray, spec: Sequence[int]) -> np.ndarray:
+    """``x`` copied into memory ordered batch, spatial..., features (a view
+    with ``x``'s shape).  oneDNN's direct kernels want channels last: on
+    channels-first operands it offers only an im2col and GEMM kernel
+    (``gemm:jit``), 1.2-2x slower than xtpu's own; the copy costs about a
+    tenth of the convolution."""
+    order = [spec[0], *spec[2:], spec[1]]
+    buf = np.empty([x.shape[d] for d in order], x.dtype)
+    view = buf.transpose(np.argsort(order))
+    np.copyto(view, x)
+    return view
+
+
 def _result_array(x: np.ndarray, shape: tuple[int, ...], p: dict) -> np.ndarray:
     """A new float32 array of the result's ``shape`` whose memory order of
     batch, feature and spatial dimensions is ``x``'s (oneDNN's kernels want
@@ -478,8 +501,11 @@ def _plan(api: _Api, x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict) -> 
         _check(status, "convolution backward weights")
     try:
         impl = _impl(api, pd)
-        if impl.startswith("ref"):
-            raise _Unsupported(f"only oneDNN's reference kernel ({impl})")
+        if impl.startswith("ref") or "gemm" in impl:
+            # The reference kernel (300 ms for the kernel gradient of the
+            # module docstring in the forward mapping) or an im2col + GEMM
+            # one (xtpu's own is as fast or faster): the im2col kernel.
+            raise _Unsupported(f"only oneDNN's {impl} kernel")
         return _Prepared(api, kind, {"a": a, "b": b, "weights": user}, pd, impl)
     finally:
         api.lib.dnnl_primitive_desc_destroy(pd)
@@ -543,6 +569,8 @@ def _operands(x: np.ndarray, w: np.ndarray, shape: Sequence[int], p: dict):
     # the input gradient's reversed kernel: oneDNN reads strides >= 1 only.
     if _elements(x) is None:
         x = np.ascontiguousarray(x)
+    if not _is_kernel_gradient(w.shape, shape, p) and not _channels_last(x, p["dimension_numbers"].lhs):
+        x = _to_channels_last(x, p["dimension_numbers"].lhs)
     if _is_input_gradient(p):
         # The backward-data mapping reads the kernel spatially flipped: the
         # hlo.reverse before it undone (a view), or the flip copied.
