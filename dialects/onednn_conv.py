@@ -324,15 +324,19 @@ def _stream(api: _Api) -> _P:
 
 def _elements(a: np.ndarray) -> list[int] | None:
     """``a``'s strides in elements, or None when oneDNN cannot read it in
-    place (a negative, zero or unaligned stride)."""
+    place (a negative, zero or unaligned stride).  A dimension of size 1
+    keeps numpy's stride where it is one (oneDNN recognizes its dense
+    layouts, NHWC for a batch of 1 too, by every stride: a stride of 1 there
+    made it fall back to its reference kernel), else gets the outermost."""
+    outer = max((s * n for s, n in zip(a.strides, a.shape) if n > 1 and s > 0), default=a.itemsize)
     out = []
     for s, n in zip(a.strides, a.shape):
-        if n == 1:
-            out.append(1)
-        elif s <= 0 or s % a.itemsize:
-            return None
-        else:
+        if s > 0 and s % a.itemsize == 0:
             out.append(s // a.itemsize)
+        elif n == 1:
+            out.append(outer // a.itemsize)
+        else:
+            return None
     return out
 
 

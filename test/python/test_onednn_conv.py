@@ -70,6 +70,14 @@ def close(got, want, x, w):
 CASES = {
     # name: (x shape, w shape, dimension numbers, params)
     "resnet 3x3 SAME, NHWC": ((8, 16, 16, 16), (3, 3, 16, 16), NHWC, {"padding": ((1, 1), (1, 1))}),
+    # numpy's strides of the size-1 batch kept: with any other oneDNN does
+    # not see NHWC and offers only its reference kernel.
+    "a batch of 1, 7x7 stride 2 (a ResNet stem)": (
+        (1, 40, 40, 3),
+        (7, 7, 3, 16),
+        NHWC,
+        {"window_strides": (2, 2), "padding": ((3, 3), (3, 3))},
+    ),
     "NCHW stride 2, uneven padding": (
         (2, 8, 13, 11),
         (12, 8, 3, 3),
