@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -344,9 +345,9 @@ def _is_kernel_gradient(w_shape, out_shape, p) -> bool:
     """Whether the convolution runs as oneDNN's backward-weights one: its
     window (the rhs's spatial size) is larger than its output."""
     dn = p["dimension_numbers"]
-    window = int(np.prod([w_shape[d] for d in dn.rhs[2:]]))
+    window = math.prod(w_shape[d] for d in dn.rhs[2:])
     plain = p["feature_group_count"] == 1 and all(d == 1 for d in p["lhs_dilation"])
-    return plain and window > int(np.prod([out_shape[d] for d in dn.out[2:]]))
+    return plain and window > math.prod(out_shape[d] for d in dn.out[2:])
 
 
 def _is_input_gradient(p) -> bool:
@@ -370,7 +371,7 @@ def _to_channels_last(x: np.ndarray, spec: Sequence[int]) -> np.ndarray:
     tenth of the convolution."""
     order = [spec[0], *spec[2:], spec[1]]
     buf = np.empty([x.shape[d] for d in order], x.dtype)
-    view = buf.transpose(np.argsort(order))
+    view = buf.transpose(sorted(range(len(order)), key=order.__getitem__))
     np.copyto(view, x)
     return view
 
@@ -390,7 +391,7 @@ def _result_array(x: np.ndarray, shape: tuple[int, ...], p: dict) -> np.ndarray:
     roles = [0, *range(2, x.ndim), 1] if channels_last else list(range(x.ndim))
     order = [dn.out[r] for r in roles]  # the result's dimensions, outermost first
     buf = np.empty([shape[d] for d in order], np.float32)
-    return buf.transpose(np.argsort(order))
+    return buf.transpose(sorted(range(len(order)), key=order.__getitem__))
 
 
 def _plan(api: _Api, x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict) -> _Prepared:
