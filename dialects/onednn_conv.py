@@ -341,19 +341,19 @@ def _elements(a: np.ndarray) -> list[int] | None:
     return out
 
 
-def _is_kernel_gradient(w_shape, out_shape, p) -> bool:
-    """Whether the convolution runs as oneDNN's backward-weights one: its
-    window (the rhs's spatial size) is larger than its output."""
+def _kind(w_shape, out_shape, p) -> str:
+    """Which mapping runs the convolution: "input gradient" (oneDNN's
+    backward data) when its lhs is dilated (a strided convolution's input
+    gradient); "kernel gradient" (backward weights) when, without feature
+    groups, its window (the rhs's spatial size) is larger than its output;
+    else "forward"."""
+    if any(d > 1 for d in p["lhs_dilation"]):
+        return "input gradient"
     dn = p["dimension_numbers"]
     window = math.prod(w_shape[d] for d in dn.rhs[2:])
-    plain = p["feature_group_count"] == 1 and all(d == 1 for d in p["lhs_dilation"])
-    return plain and window > math.prod(out_shape[d] for d in dn.out[2:])
-
-
-def _is_input_gradient(p) -> bool:
-    """Whether the convolution runs as oneDNN's backward-data one: its lhs
-    is dilated (the input gradient of a strided convolution)."""
-    return any(d > 1 for d in p["lhs_dilation"])
+    if p["feature_group_count"] == 1 and window > math.prod(out_shape[d] for d in dn.out[2:]):
+        return "kernel gradient"
+    return "forward"
 
 
 def _channels_last(x: np.ndarray, spec: Sequence[int]) -> bool:
@@ -379,10 +379,7 @@ def _to_channels_last(x: np.ndarray, spec: Sequence[int]) -> np.ndarray:
 def _result_array(x: np.ndarray, shape: tuple[int, ...], p: dict) -> np.ndarray:
     """A new float32 array of the result's ``shape`` whose memory order of
     batch, feature and spatial dimensions is ``x``'s (oneDNN's kernels want
-    the source and destination in one layout: channels last, or first); the
-    kernel gradient's result is C-contiguous."""
-    if _is_kernel_gradient(p["_w_shape"], shape, p):
-        return np.empty(shape, np.float32)
+    the source and destination in one layout: channels last, or first)."""
     dn = p["dimension_numbers"]
     if x.shape[dn.lhs[1]] == 1:
         return np.empty(shape, np.float32)  # x's layout says nothing of the features'
@@ -394,25 +391,52 @@ def _result_array(x: np.ndarray, shape: tuple[int, ...], p: dict) -> np.ndarray:
     return buf.transpose(sorted(range(len(order)), key=order.__getitem__))
 
 
-def _plan(api: _Api, x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict) -> _Prepared:
-    """The primitives of one convolution (see the module docstring)."""
+def _forward_pd(api: _Api, src: _Desc, weights: _Desc, dst: _Desc, geometry, attr: Any) -> _P:
+    """A forward convolution's primitive descriptor (``geometry``: strides,
+    dilations minus one, left and right padding)."""
+    pd = _P()
+    status = api.lib.dnnl_convolution_forward_primitive_desc_create(
+        ctypes.byref(pd), api.engine, _FORWARD_TRAINING, _CONVOLUTION_DIRECT, src.md, weights.md, None, dst.md,
+        *(_DIMS(*g) for g in geometry), attr,
+    )  # fmt: skip
+    _check(status, "convolution forward")
+    return pd
+
+
+def _backward_pd(api: _Api, what: str, create: Any, mds: tuple, hint: tuple[_Desc, _Desc, _Desc], geometry) -> _P:
+    """A backward convolution's primitive descriptor: ``create`` (oneDNN's
+    backward-data or backward-weights one) of ``mds``, with the forward
+    convolution ``hint`` (src, weights, dst) it is the gradient of."""
+    fwd = _forward_pd(api, *hint, geometry, None)
+    pd = _P()
+    try:
+        status = create(
+            ctypes.byref(pd), api.engine, _CONVOLUTION_DIRECT, *mds, *(_DIMS(*g) for g in geometry), fwd, api.attr
+        )
+    finally:
+        api.lib.dnnl_primitive_desc_destroy(fwd)
+    _check(status, what)
+    return pd
+
+
+def _plan(api: _Api, x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict, kind: str) -> _Prepared:
+    """The primitives of one convolution of ``kind`` (see the module
+    docstring and :func:`_kind`)."""
     dn = p["dimension_numbers"]
     xs, ws, os_ = _elements(x), _elements(w), _elements(out)
     lo = [int(a) for a, _ in p["padding"]]
     hi = [int(b) for _, b in p["padding"]]
     g = p["feature_group_count"]
-    wgrad = _is_kernel_gradient(w.shape, out.shape, p)
     window = [w.shape[d] for d in dn.rhs[2:]]
 
     def pick(a, strides, dims):
         return [a.shape[d] for d in dims], [strides[d] for d in dims]
 
-    if _is_input_gradient(p):
+    if kind == "input gradient":
         # out[n, o, y] = sum over i, k of lhs dilated by s [n, i, y + k * rd - lo]
         # * rhs[o, i, k]: the diff_src of a forward convolution of stride s
         # whose diff_dst is the lhs and whose weights [i, o, k] are the rhs
         # flipped (w here, see _operands), left padding (K - 1) * rd - lo.
-        kind = "input gradient"
         a = _Desc(api, *pick(x, xs, dn.lhs))  # diff_dst
         b = _Desc(api, *pick(out, os_, dn.out))  # diff_src
         wdims, wstr = pick(w, ws, (dn.rhs[1], dn.rhs[0], *dn.rhs[2:]))
@@ -423,10 +447,7 @@ def _plan(api: _Api, x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict) -> 
             og = w.shape[dn.rhs[0]] // g
             wdims = [g, wdims[0], og, *wdims[2:]]
             wstr = [ws[dn.rhs[0]] * og, *wstr]
-        user = _Desc(api, wdims, wstr)
-        any_w = _Desc(api, wdims, None)
         strides, rd = list(p["lhs_dilation"]), list(p["rhs_dilation"])
-        dil = [d - 1 for d in rd]
         pl = [(k - 1) * d - before for k, d, before in zip(window, rd, lo)]
         x_sp, out_sp = [x.shape[d] for d in dn.lhs[2:]], [out.shape[d] for d in dn.out[2:]]
         pr = [
@@ -435,23 +456,8 @@ def _plan(api: _Api, x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict) -> 
         ]
         if min(pl) < 0:  # a right padding below 0 is oneDNN's to take or refuse
             raise _Unsupported(f"left padding {pl} of the backward-data convolution")
-        hint = _P()
-        status = api.lib.dnnl_convolution_forward_primitive_desc_create(
-            ctypes.byref(hint), api.engine, _FORWARD_TRAINING, _CONVOLUTION_DIRECT, b.md, any_w.md, None, a.md,
-            _DIMS(*strides), _DIMS(*dil), _DIMS(*pl), _DIMS(*pr), None,
-        )  # fmt: skip
-        _check(status, "convolution forward (the input gradient's hint)")
-        pd = _P()
-        try:
-            status = api.lib.dnnl_convolution_backward_data_primitive_desc_create(
-                ctypes.byref(pd), api.engine, _CONVOLUTION_DIRECT, b.md, any_w.md, a.md,
-                _DIMS(*strides), _DIMS(*dil), _DIMS(*pl), _DIMS(*pr), hint, api.attr,
-            )  # fmt: skip
-        finally:
-            api.lib.dnnl_primitive_desc_destroy(hint)
-        _check(status, "convolution backward data")
-    elif not wgrad:
-        kind = "forward"
+        geometry = (strides, [d - 1 for d in rd], pl, pr)
+    elif kind == "forward":
         a = _Desc(api, *pick(x, xs, dn.lhs))
         b = _Desc(api, *pick(out, os_, dn.out))
         o_dim, i_dim = dn.rhs[0], dn.rhs[1]
@@ -461,17 +467,8 @@ def _plan(api: _Api, x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict) -> 
             og = w.shape[o_dim] // g
             wdims = [g, og, w.shape[i_dim], *window]
             wstr = [ws[o_dim] * og, ws[o_dim], ws[i_dim], *(ws[d] for d in dn.rhs[2:])]
-        user = _Desc(api, wdims, wstr)
-        any_w = _Desc(api, wdims, None)
-        strides, dil = list(p["window_strides"]), [d - 1 for d in p["rhs_dilation"]]
-        pd = _P()
-        status = api.lib.dnnl_convolution_forward_primitive_desc_create(
-            ctypes.byref(pd), api.engine, _FORWARD_TRAINING, _CONVOLUTION_DIRECT, a.md, any_w.md, None, b.md,
-            _DIMS(*strides), _DIMS(*dil), _DIMS(*lo), _DIMS(*hi), api.attr,
-        )  # fmt: skip
-        _check(status, "convolution forward")
-    else:
-        kind = "kernel gradient"
+        geometry = (list(p["window_strides"]), [d - 1 for d in p["rhs_dilation"]], lo, hi)
+    else:  # the kernel gradient
         lhs_nc = (dn.lhs[1], dn.lhs[0], *dn.lhs[2:])  # batch <-> feature
         rhs_nc = (dn.rhs[1], dn.rhs[0], *dn.rhs[2:])  # in-feature as batch
         out_oi = (dn.out[1], dn.out[0], *dn.out[2:])  # feature as O, batch as I
@@ -486,24 +483,19 @@ def _plan(api: _Api, x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict) -> 
             o_dim = dn.out[1]
             wdims = [bg, out.shape[o_dim] // bg, *wdims[1:]]
             wstr = [os_[o_dim] * (out.shape[o_dim] // bg), *wstr]
-        user = _Desc(api, wdims, wstr)
-        any_w = _Desc(api, wdims, None)
-        strides, dil = list(p["rhs_dilation"]), [s - 1 for s in p["window_strides"]]
-        hint = _P()
-        status = api.lib.dnnl_convolution_forward_primitive_desc_create(
-            ctypes.byref(hint), api.engine, _FORWARD_TRAINING, _CONVOLUTION_DIRECT, a.md, any_w.md, None, b.md,
-            _DIMS(*strides), _DIMS(*dil), _DIMS(*lo), _DIMS(*hi), None,
-        )  # fmt: skip
-        _check(status, "convolution forward (the kernel gradient's hint)")
-        pd = _P()
-        try:
-            status = api.lib.dnnl_convolution_backward_weights_primitive_desc_create(
-                ctypes.byref(pd), api.engine, _CONVOLUTION_DIRECT, a.md, any_w.md, None, b.md,
-                _DIMS(*strides), _DIMS(*dil), _DIMS(*lo), _DIMS(*hi), hint, api.attr,
-            )  # fmt: skip
-        finally:
-            api.lib.dnnl_primitive_desc_destroy(hint)
-        _check(status, "convolution backward weights")
+        geometry = (list(p["rhs_dilation"]), [s - 1 for s in p["window_strides"]], lo, hi)
+    user = _Desc(api, wdims, wstr)  # the weights as the caller holds them
+    any_w = _Desc(api, wdims, None)  # in the layout the kernel picks
+    lib = api.lib
+    if kind == "forward":
+        pd = _forward_pd(api, a, any_w, b, geometry, api.attr)
+    elif kind == "input gradient":
+        create = lib.dnnl_convolution_backward_data_primitive_desc_create
+        pd = _backward_pd(api, "convolution backward data", create, (b.md, any_w.md, a.md), (b, any_w, a), geometry)
+    else:
+        create = lib.dnnl_convolution_backward_weights_primitive_desc_create
+        mds = (a.md, any_w.md, None, b.md)
+        pd = _backward_pd(api, "convolution backward weights", create, mds, (a, any_w, b), geometry)
     try:
         impl = _impl(api, pd)
         if impl.startswith("ref") or "gemm" in impl:
@@ -513,12 +505,12 @@ def _plan(api: _Api, x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict) -> 
             raise _Unsupported(f"only oneDNN's {impl} kernel")
         return _Prepared(api, kind, {"a": a, "b": b, "weights": user}, pd, impl)
     finally:
-        api.lib.dnnl_primitive_desc_destroy(pd)
+        lib.dnnl_primitive_desc_destroy(pd)
 
 
-def _key(x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict) -> tuple:
+def _key(p: dict, *arrays: np.ndarray) -> tuple:
     params = (v for k, v in sorted(p.items()) if k not in ("precision_config", "preferred_element_type"))
-    return (x.shape, x.strides, w.shape, w.strides, out.shape, out.strides, *params)
+    return (*((a.shape, a.strides) for a in arrays), *params)
 
 
 def _usable(x: np.ndarray, w: np.ndarray, p: dict) -> bool:
@@ -537,17 +529,22 @@ def _usable(x: np.ndarray, w: np.ndarray, p: dict) -> bool:
     )
 
 
-def _prepared(x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict) -> _Prepared | None:
-    """This thread's primitives for ``out = conv(x, w)``, made on first use,
-    or None when oneDNN has no kernel for it."""
+def _cache() -> dict:
     cache = getattr(_tls, "convs", None)
     if cache is None:
         cache = _tls.convs = {}
-    key = _key(x, w, out, p)
+    return cache
+
+
+def _prepared(x: np.ndarray, w: np.ndarray, out: np.ndarray, p: dict, kind: str) -> _Prepared | None:
+    """This thread's primitives for ``out = conv(x, w)``, made on first use,
+    or None when oneDNN has no kernel for it."""
+    cache = _cache()
+    key = _key(p, x, w, out)
     prepared = cache.get(key, False)
     if prepared is False:
         try:
-            prepared = _plan(_api, x, w, out, p)
+            prepared = _plan(_api, x, w, out, p, kind)
         except _Unsupported as e:
             _log.debug("convolution %s * %s through the im2col kernel: %s", x.shape, w.shape, e)
             prepared = None
@@ -564,47 +561,65 @@ def _run(prepared: _Prepared, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> 
 
 
 def _operands(x: np.ndarray, w: np.ndarray, shape: Sequence[int], p: dict):
-    """(x, w, the result array) as oneDNN reads them, or None when the
-    convolution is not for oneDNN (see :func:`convolution`)."""
+    """(x, w, the result array, the mapping's kind) as oneDNN reads them,
+    or None when the convolution is not for oneDNN (see
+    :func:`convolution`)."""
     if not _usable(x, w, p) or _get_api() is None or 0 in shape:
         return None
-    if p["batch_group_count"] > 1 and not _is_kernel_gradient(w.shape, shape, p):
+    kind = _kind(w.shape, shape, p)
+    if p["batch_group_count"] > 1 and kind != "kernel gradient":
         return None  # batch groups only as a grouped convolution's kernel gradient
+    dn = p["dimension_numbers"]
     # A reversed (negative strides) or broadcast (zero strides) operand, as
     # the input gradient's reversed kernel: oneDNN reads strides >= 1 only.
     if _elements(x) is None:
         x = np.ascontiguousarray(x)
-    if not _is_kernel_gradient(w.shape, shape, p) and not _channels_last(x, p["dimension_numbers"].lhs):
-        x = _to_channels_last(x, p["dimension_numbers"].lhs)
-    if _is_input_gradient(p):
+    if kind != "kernel gradient" and not _channels_last(x, dn.lhs):
+        x = _to_channels_last(x, dn.lhs)
+    if kind == "input gradient":
         # The backward-data mapping reads the kernel spatially flipped: the
         # hlo.reverse before it undone (a view), or the flip copied.
-        dn = p["dimension_numbers"]
         w = w[tuple(slice(None, None, -1) if d in dn.rhs[2:] else slice(None) for d in range(w.ndim))]
     if _elements(w) is None:
         w = np.ascontiguousarray(w)
-    return x, w, _result_array(x, tuple(shape), {**p, "_w_shape": w.shape})
+    # The kernel gradient's result is a kernel: C-contiguous.
+    out = np.empty(tuple(shape), np.float32) if kind == "kernel gradient" else _result_array(x, tuple(shape), p)
+    return x, w, out, kind
+
+
+def _found(x: np.ndarray, w: np.ndarray, shape: Sequence[int], p: dict):
+    """(primitives, x, w, result array) of a convolution oneDNN runs, or
+    None.  A convolution found not to be oneDNN's is remembered by its
+    operands' shapes and strides, so that later calls neither copy its
+    operands nor make a result array for nothing."""
+    cache = _cache()
+    rejected = _key(p, x, w)
+    if cache.get(rejected, False) is None:
+        return None
+    found = _operands(x, w, shape, p)
+    prepared = None if found is None else _prepared(*found[:3], p, found[3])
+    if prepared is None:
+        cache[rejected] = None
+        return None
+    return (prepared, *found[:3])
 
 
 def convolution(x: np.ndarray, w: np.ndarray, shape: Sequence[int], **p: Any) -> np.ndarray | None:
     """StableHLO's convolution of float32 ``x`` and ``w`` through oneDNN: a
     new float32 array of the result's ``shape`` (the op's shape rule gives
     it), or None when oneDNN is not loaded, the parameters are outside the
-    two mappings of the module docstring, or oneDNN has only its reference
-    kernel for them (the caller then runs the im2col kernel).  ``p``:
+    three mappings of the module docstring, or oneDNN has only its reference
+    or GEMM kernel for them (the caller then runs the im2col kernel).  ``p``:
     :func:`xtpu.dialects.hlo_window.conv_params`'s parameters.
 
     A convolution of at least :data:`xtpu.dialects.intra_op.MIN_WORK`
     multiply-adds is split along its batch over :func:`intra_op.parts`
     threads (each piece the same kernel on a slice of the batch), as a
     matmul is."""
-    found = _operands(x, w, shape, p)
+    found = _found(x, w, shape, p)
     if found is None:
         return None
-    x, w, out = found
-    prepared = _prepared(x, w, out, p)
-    if prepared is None:
-        return None
+    prepared, x, w, out = found
     dn = p["dimension_numbers"]
     n = intra_op.parts()
     batch = x.shape[dn.lhs[0]]
@@ -621,7 +636,7 @@ def convolution(x: np.ndarray, w: np.ndarray, shape: Sequence[int], **p: Any) ->
             pieces.append((xi, w, oi))
 
         def piece(xi, wi, oi):
-            prep = _prepared(xi, wi, oi, p)
+            prep = _prepared(xi, wi, oi, p, prepared.kind)
             if prep is None:  # pragma: no cover - a slice of a batch oneDNN runs whole
                 raise RuntimeError(f"oneDNN has no kernel for a slice {xi.shape} of the convolution's batch")
             _run(prep, xi, wi, oi)
@@ -635,6 +650,5 @@ def convolution(x: np.ndarray, w: np.ndarray, shape: Sequence[int], **p: Any) ->
 def implementation(x: np.ndarray, w: np.ndarray, shape: Sequence[int], **p: Any) -> str | None:
     """The oneDNN kernel :func:`convolution` uses for these operands (for
     example ``brgconv:avx2``, ``jit:avx2``), or None when it uses none."""
-    found = _operands(x, w, shape, p)
-    prepared = None if found is None else _prepared(*found, p)
-    return None if prepared is None else prepared.impl
+    found = _found(x, w, shape, p)
+    return None if found is None else found[0].impl
